@@ -1,0 +1,3 @@
+from eaglehead.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""The ``eaglehead`` command line: one thin module wiring the subcommands to the packages.
+
+    eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 5]
+    eaglehead demo [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _dtype(name: str):
+    import torch
+
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in table:
+        raise ValueError(f"--dtype must be one of {sorted(table)}, got {name!r}")
+    return table[name]
+
+
+def _load_causal_lm(path: str, device: str, dtype):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+
+
+def _is_head_checkpoint(path: str) -> bool:
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file():
+        return False
+    data = json.loads(cfg.read_text())
+    arch = data.get("architectures") or []
+    return "eaglehead_head_type" in data or any("Eagle3" in a for a in arch) or "speculators_model_type" in data
+
+
+def cmd_generate(args) -> int:
+    import torch
+    from transformers import AutoTokenizer
+
+    from eaglehead.decode import (DraftModelDrafter, PromptLookupDrafter, SamplingConfig, speculative_generate,
+                                  vanilla_generate)
+    from eaglehead.decode.drafters import output_vocab_size
+
+    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if not Path(args.target).exists() and "/" not in args.target:
+        raise ValueError(f"--target {args.target!r} is neither a local directory nor a hub id")
+    tok = AutoTokenizer.from_pretrained(args.target)
+    dtype = _dtype(args.dtype)
+    target = _load_causal_lm(args.target, args.device, dtype)
+    if args.chat and tok.chat_template:
+        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
+                                      return_tensors="pt", return_dict=True)["input_ids"]
+    else:
+        ids = tok(args.prompt, return_tensors="pt")["input_ids"]
+    ids = ids.to(args.device)
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+
+    printed = [""]
+    out_ids: list[int] = []
+
+    def on_token(row: int, token: int, t: float) -> None:
+        out_ids.append(token)
+        text = tok.decode(out_ids, skip_special_tokens=True)
+        sys.stdout.write(text[len(printed[0]):])
+        sys.stdout.flush()
+        printed[0] = text
+
+    common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=tok.eos_token_id,
+                  generator=gen, on_token=on_token)
+    if args.prompt_lookup:
+        drafter = PromptLookupDrafter(output_vocab_size(target))
+        res = speculative_generate(target, drafter, ids, gamma=args.gamma, **common)
+    elif args.draft:
+        if _is_head_checkpoint(args.draft):
+            from eaglehead.decode.eagle import load_eagle_drafter
+
+            drafter = load_eagle_drafter(args.draft, target, device=args.device, dtype=dtype)
+        else:
+            drafter = DraftModelDrafter(_load_causal_lm(args.draft, args.device, dtype))
+        res = speculative_generate(target, drafter, ids, gamma=args.gamma, **common)
+    else:
+        res = vanilla_generate(target, ids, **common)
+    sys.stdout.write("\n")
+    n = len(res.tokens[0])
+    wall = res.t_end - res.t_start
+    print(f"[{n} tokens in {len(res.rounds)} target rounds, tau={n / max(1, len(res.rounds)):.2f} "
+          f"(includes the correction/bonus token), {1000 * wall / max(1, n):.1f} ms/token]", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from eaglehead.cli_demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eaglehead", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="stream text from a target, optionally with a drafter")
+    g.add_argument("--target", required=True, help="Hugging Face model directory or hub id")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--draft", help="draft: an eaglehead/EAGLE-3 head directory or a small causal LM")
+    src.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup in the context")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    g.add_argument("--gamma", type=int, default=5, help="draft tokens per round (>= 1)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
+    g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    g.set_defaults(func=cmd_generate)
+
+    d = sub.add_parser("demo", help="run the built-in end-to-end demo on this machine")
+    d.add_argument("--out", default="runs/demo", help="output directory")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"eaglehead {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""Sampling transforms shared by target and drafter.
+
+The verifier is exact only if the recorded proposal ``q`` is the distribution the draft token was
+actually drawn from, so target and drafter both go through :func:`probs` and :func:`sample_from`.
+Temperature 0 is greedy: a point mass at the argmax, ties broken towards the lowest token id.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Temperature, top-k and top-p applied (in that order) before renormalising.
+
+    ``temperature=0`` means greedy decoding; ``top_k``/``top_p`` are then irrelevant.
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k must be None or an integer >= 1, got {self.top_k!r}")
+        if self.top_p is not None:
+            p = self.top_p
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
+                raise ValueError(f"top_p must be None or in (0, 1], got {p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def check_finite(logits: torch.Tensor, name: str = "logits") -> None:
+    """Raise ``ValueError`` if ``logits`` holds NaN or +inf (``-inf`` is a legal mask value).
+
+    This costs one host sync; callers in the hot loop fold it into the sync they already pay.
+    """
+    bad = torch.isnan(logits) | (logits == float("inf"))
+    if bool(bad.any()):
+        raise ValueError(f"{name} contain NaN or +inf values (shape {tuple(logits.shape)})")
+
+
+def probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Turn ``logits [..., V]`` into the sampling distribution ``[..., V]`` (float32, rows sum to 1)."""
+    logits = logits.float()
+    if config.greedy:
+        idx = logits.argmax(dim=-1, keepdim=True)  # first maximum: lowest id wins ties
+        return torch.zeros_like(logits).scatter_(-1, idx, 1.0)
+    logits = logits / config.temperature
+    vocab = logits.shape[-1]
+    if config.top_k is not None and config.top_k < vocab:
+        kth = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if config.top_p is not None and config.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_p = torch.softmax(sorted_logits, dim=-1)
+        # Mass strictly before each token; keep a token while that mass is < top_p, so the
+        # smallest prefix reaching top_p is kept and the top token always survives.
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+        drop_sorted = before >= config.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def sample_from(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one index per row from non-negative ``weights [..., V]`` (need not be normalised).
+
+    Exponential race: ``argmax_i w_i / E_i`` with ``E_i ~ Exp(1)`` picks ``i`` with probability
+    ``w_i / sum(w)``. It needs no normalisation and no host sync; zero weights are never chosen
+    while any weight is positive.
+    """
+    e = torch.empty_like(weights, dtype=torch.float32).exponential_(1.0, generator=generator)
+    return (weights.float() / e).argmax(dim=-1)

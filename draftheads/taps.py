@@ -1,0 +1,123 @@
+"""Read a target's intermediate hidden states through forward hooks, without forking modeling code.
+
+Layer ids use Hugging Face ``output_hidden_states`` indexing: id 0 is the embedding output (the
+input of decoder layer 0), id ``i`` in ``1..L-1`` is the output of decoder layer ``i-1`` and id ``L`` the
+final-normed state that enters ``lm_head`` (as ``output_hidden_states`` reports it). EAGLE-3
+fuses three of them (default ``[2, L//2, L-3]``, as vLLM and the EAGLE reference do).
+
+Usage::
+
+    taps = FeatureTaps(model, [2, 6, 9])
+    with taps.capture() as cap:
+        out = model(input_ids, ...)
+    fused = cap.fused()          # [B, T, 3 * H_target]
+    final = cap.final_hidden     # [B, T, H_target], the input of lm_head (after the final norm)
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+def default_layer_ids(num_layers: int) -> list[int]:
+    """The low/mid/high ids vLLM and the EAGLE reference use: ``[2, L//2, L-3]``."""
+    if num_layers < 4:
+        # Tiny test models: keep three distinct, valid ids.
+        return sorted({1, max(1, num_layers // 2), num_layers})[:3] if num_layers >= 3 else [1] * 3
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """Find the stack of decoder layers of a Hugging Face causal LM.
+
+    Known attribute paths first (Llama/Qwen/Mistral ``model.layers``, GPT-2 ``transformer.h``,
+    GPT-NeoX ``gpt_neox.layers``); otherwise the only ``ModuleList`` whose length equals
+    ``config.num_hidden_layers``.
+    """
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers"):
+        obj = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList):
+            return obj
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    found = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n]
+    if len(found) != 1:
+        raise ValueError(
+            f"cannot locate the decoder layers of {type(model).__name__}: expected one nn.ModuleList of "
+            f"length num_hidden_layers={n}, found {len(found)}"
+        )
+    return found[0]
+
+
+def num_decoder_layers(model: nn.Module) -> int:
+    return len(decoder_layers(model))
+
+
+@dataclass
+class Capture:
+    """Tensors recorded during one forward pass."""
+
+    layer_ids: list[int]
+    by_id: dict[int, torch.Tensor] = field(default_factory=dict)
+    final_hidden: torch.Tensor | None = None
+
+    def fused(self) -> torch.Tensor:
+        """``cat`` of the tapped hidden states, low to high: ``[B, T, len(ids) * H]``."""
+        missing = [i for i in self.layer_ids if i not in self.by_id]
+        if missing:
+            raise RuntimeError(f"layer ids {missing} were not reached in the forward pass")
+        return torch.cat([self.by_id[i] for i in self.layer_ids], dim=-1)
+
+
+class FeatureTaps:
+    """Forward hooks on a causal LM's decoder layers and ``lm_head``; installed only inside ``capture``."""
+
+    def __init__(self, model: nn.Module, layer_ids: list[int], capture_final: bool = False):
+        self.model = model
+        self.layers = decoder_layers(model)
+        n = len(self.layers)
+        ids = [int(i) for i in layer_ids]
+        bad = [i for i in ids if not 0 <= i <= n]
+        if bad:
+            raise ValueError(
+                f"layer_ids {ids} out of range for a target with {n} decoder layers "
+                f"(valid: 0..{n} in output_hidden_states indexing)"
+            )
+        self.layer_ids = ids
+        self.capture_final = capture_final
+
+    @contextmanager
+    def capture(self):
+        cap = Capture(list(self.layer_ids))
+        handles = []
+        n = len(self.layers)
+
+        def pre_hook(layer_id):
+            def hook(module, args, kwargs):
+                h = args[0] if args else kwargs["hidden_states"]
+                cap.by_id[layer_id] = h
+            return hook
+
+        try:
+            for i in sorted(set(self.layer_ids)):
+                if i < n:  # input of layer i == output_hidden_states[i]
+                    handles.append(self.layers[i].register_forward_pre_hook(pre_hook(i), with_kwargs=True))
+            if self.capture_final or n in self.layer_ids:
+                # output_hidden_states[L] is the final-normed state, i.e. the input of lm_head.
+                def final_hook(module, args):
+                    cap.final_hidden = args[0]
+                    if n in self.layer_ids:
+                        cap.by_id[n] = args[0]
+
+                handles.append(self.model.get_output_embeddings().register_forward_pre_hook(final_hook))
+            yield cap
+        finally:
+            for h in handles:
+                h.remove()
