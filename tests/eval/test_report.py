@@ -1,0 +1,154 @@
+"""Report files, plots and the consistency checker (one good report, then one corruption per rule)."""
+
+import copy
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from eaglehead.eval.metrics import compute_metrics, itl_samples
+from eaglehead.eval.report import (
+    RUN_KEYS,
+    check_report_consistency,
+    collect_versions,
+    fill_speedups,
+    run_record,
+    write_report,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass
+class RoundRecord:
+    gamma: int
+    accepted: list[int]
+    committed: list[int]
+    active: list[bool]
+    t_draft: float
+    t_verify: float
+    t_rest: float
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]
+    rounds: list[RoundRecord]
+    token_times: list[list[float]]
+    t_start: float
+    t_end: float
+    prompt_lengths: list[int]
+
+
+def _result(gamma, accepted, t_round):
+    """Batch-1 result: one round per entry of ``accepted``, each ``t_round`` s, tokens streamed at
+    the round ends."""
+    rounds, times, now = [], [], 0.0
+    for a in accepted:
+        rounds.append(RoundRecord(gamma, [a], [a + 1], [True], 0.2 * t_round, 0.7 * t_round,
+                                  0.1 * t_round))
+        now += t_round
+        times += [now] * (a + 1)
+    return GenerationResult([[5] * len(times)], rounds, [times], 0.0, now, [4])
+
+
+def _report():
+    state = dict(prompt_set="mt_bench", split="test", category="all", temperature=0.0,
+                 batch_size=1)
+    vanilla = _result(0, [0] * 12, 0.010)
+    spec = _result(3, [3, 0, 2, 1, 3, 3], 0.014)
+    runs = [
+        run_record("vanilla", compute_metrics(vanilla), gamma=0, peak_mem_bytes=2**30, **state),
+        run_record("eagle3", compute_metrics(spec), gamma=3, peak_mem_bytes=2**30 + 2**26,
+                   checkpoint="heads/tiny", **state),
+        run_record("eagle3", compute_metrics(spec), gamma=3, **dict(state, category="code")),
+    ]
+    fill_speedups(runs)
+    sweeps = [{"method": "eagle3", "gamma": g, "tau": 1 + 0.5 * g, "time_per_token_s": 0.01 / g}
+              for g in (1, 2, 3)]
+    return {"config": {"gamma": 3}, "versions": collect_versions(), "hardware": {"cpu": "test"},
+            "runs": runs, "sweeps": sweeps,
+            "itl_samples": {"vanilla": itl_samples(vanilla), "eagle3": itl_samples(spec)}}
+
+
+def test_run_record_fields_and_speedups():
+    report = _report()
+    van, spec, code = report["runs"]
+    assert all(k in spec for k in RUN_KEYS) and spec["checkpoint"] == "heads/tiny"
+    # Vanilla: 12 rounds x 10 ms for 12 tokens. Spec: 6 rounds x 14 ms for 4+1+3+2+4+4 = 18 tokens.
+    assert van["time_per_token_s"] == pytest.approx(0.010)
+    assert spec["time_per_token_s"] == pytest.approx(6 * 0.014 / 18)
+    assert spec["speedup_vs_vanilla"] == pytest.approx(0.010 / (6 * 0.014 / 18))
+    assert van["speedup_vs_vanilla"] == pytest.approx(1.0)
+    assert code["speedup_vs_vanilla"] is None  # no vanilla run in the "code" serving state
+    assert spec["tau"] == pytest.approx(1 + 12 / 6)
+    with pytest.raises(ValueError, match="overwrite"):
+        run_record("x", compute_metrics(_result(1, [1], 0.01)), prompt_set="p", split="s",
+                   category="c", temperature=0.0, batch_size=1, gamma=1, tau=3.0)
+
+
+def test_write_report_files(tmp_path):
+    report = _report()
+    files = write_report(tmp_path / "out", report)
+    expected = {"report.json", "report.md", "survival.png", "round_time.png", "gamma_sweep.png",
+                "itl_cdf.png"}
+    assert set(files) == expected
+    for name in expected:
+        assert (tmp_path / "out" / name).stat().st_size > 0
+        if name.endswith(".png"):
+            assert (tmp_path / "out" / name).read_bytes()[:8] == PNG_MAGIC
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {"config", "versions", "hardware", "runs", "sweeps", "itl_samples"} <= set(data)
+    assert data["consistency_violations"] == []
+    assert data["runs"][1]["survival"] == pytest.approx(report["runs"][1]["survival"])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.count("| method | gamma | tau |") == 2  # one table per serving state
+    assert "category=code" in md and "| eagle3 | 3 | 3.000 |" in md
+    assert "All checks passed." in md
+
+
+def test_write_report_rejects_missing_keys(tmp_path):
+    report = _report()
+    del report["hardware"]
+    with pytest.raises(ValueError, match="'hardware'"):
+        write_report(tmp_path, report)
+    report = _report()
+    del report["runs"][0]["tau"]
+    with pytest.raises(ValueError, match=r"runs'\]\[0\] lacks keys \['tau'\]"):
+        write_report(tmp_path, report)
+
+
+def test_consistency_checker_passes_good_report():
+    assert check_report_consistency(_report()) == []
+
+
+def _corrupt(field, value, run=1):
+    report = copy.deepcopy(_report())
+    report["runs"][run][field] = value
+    return report
+
+
+@pytest.mark.parametrize(
+    "report, message",
+    [
+        (_corrupt("tau", 3.5), "tau 3.5 != 1 + accepted_mean"),
+        (_corrupt("tau_committed", 2.5), "nothing truncated but tau"),
+        (_corrupt("survival", [0.8, 0.5, 0.6]), "survival [0.8, 0.5, 0.6] increases"),
+        (_corrupt("conditional", [0.5, 1.0, 1.0]), "Pr(A>=1)"),
+        (_corrupt("acceptance_rate", 0.9), "acceptance_rate 0.9 != sum(survival)/gamma"),
+        (_corrupt("time_per_token_s", 0.001), "time_per_token_s 0.001 != round_time_total_s"),
+        (_corrupt("speedup_vs_vanilla", 9.0), "speedup 9.0 != vanilla time/token"),
+        (_corrupt("speedup_vs_vanilla", 2.0, run=2), "no vanilla run in its serving state"),
+        (_corrupt("method", "vanilla", run=1), "more than one vanilla run"),
+    ],
+)
+def test_consistency_checker_flags_each_rule(report, message):
+    violations = check_report_consistency(report)
+    assert any(message in v for v in violations), violations
+
+
+def test_violations_are_written_to_markdown(tmp_path):
+    write_report(tmp_path, _corrupt("tau", 3.5))
+    assert "tau 3.5 != 1 + accepted_mean" in (tmp_path / "report.md").read_text()
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert any("tau 3.5" in v for v in data["consistency_violations"])
