@@ -56,7 +56,8 @@ def probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     if config.greedy:
         idx = logits.argmax(dim=-1, keepdim=True)  # first maximum: lowest id wins ties
         return torch.zeros_like(logits).scatter_(-1, idx, 1.0)
-    logits = logits / config.temperature
+    # Shift by the row maximum first: a tiny temperature then cannot overflow to inf - inf = NaN.
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / config.temperature
     vocab = logits.shape[-1]
     if config.top_k is not None and config.top_k < vocab:
         kth = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
@@ -77,8 +78,10 @@ def sample_from(weights: torch.Tensor, generator: torch.Generator | None = None)
     """Draw one index per row from non-negative ``weights [..., V]`` (need not be normalised).
 
     Exponential race: ``argmax_i w_i / E_i`` with ``E_i ~ Exp(1)`` picks ``i`` with probability
-    ``w_i / sum(w)``. It needs no normalisation and no host sync; zero weights are never chosen
-    while any weight is positive.
+    ``w_i / sum(w)``. It needs no normalisation and no host sync. Computed in log space
+    (``log w_i - log E_i``) so subnormal or huge weights neither underflow to a tie at 0 nor overflow
+    to inf; zero weights score -inf and are never chosen while any weight is positive.
     """
     e = torch.empty_like(weights, dtype=torch.float32).exponential_(1.0, generator=generator)
-    return (weights.float() / e).argmax(dim=-1)
+    e = e.clamp_min(torch.finfo(torch.float32).tiny)  # an exact 0 draw would score +inf for every weight
+    return (weights.float().log() - e.log()).argmax(dim=-1)
