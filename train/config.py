@@ -1,0 +1,305 @@
+"""Typed YAML configs: nested dataclasses, unknown keys rejected, types checked, overrides applied.
+
+Any dataclass tree works; a recipe config is just more dataclasses::
+
+    @dataclass
+    class PrepareConfig:
+        data: DataConfig
+        feature_cache: FeatureCacheConfig = field(default_factory=FeatureCacheConfig)
+
+    cfg = load_config(PrepareConfig, "configs/prepare.yaml", ["data.max_length=4096"])
+    save_config(cfg, out_dir / "config.yaml")   # the resolved config, every default written out
+
+Supported field types: ``int``, ``float`` (a string such as ``"1e-4"`` is converted, because YAML 1.1
+reads ``1e-4`` as a string), ``bool``, ``str``, ``pathlib.Path``, ``list[T]``, ``dict[str, T]``,
+``Optional[T]`` / ``T | None``, ``Literal[...]`` and nested dataclasses. Range checks belong in each
+dataclass's ``__post_init__`` (raise ``ValueError`` naming the field); the loader adds the section and
+the file to the message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+__all__ = [
+    "DataConfig",
+    "FeatureCacheConfig",
+    "config_from_dict",
+    "dump_config",
+    "load_config",
+    "save_config",
+]
+
+T = typing.TypeVar("T")
+
+
+def load_config(cls: type[T], yaml_path: str | Path, overrides: typing.Sequence[str] = ()) -> T:
+    """Read ``yaml_path`` into an instance of dataclass ``cls``, then apply ``key.sub=value`` overrides.
+
+    Override values are parsed as YAML (``3``, ``1e-4``, ``true``, ``null``, ``[2, 5, 8]``, ``text``);
+    text that is not valid YAML is kept as a string.
+    Raises ValueError naming the dotted key and the file for unknown keys and wrong types.
+    """
+    path = Path(yaml_path)
+    if not path.is_file():
+        raise ValueError(f"config file not found: {path}")
+    with path.open() as f:
+        data = yaml.safe_load(f)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    for item in overrides:
+        _apply_override(cls, data, item)
+    return config_from_dict(cls, data, source=str(path))
+
+
+def config_from_dict(cls: type[T], data: dict, source: str = "<dict>") -> T:
+    """Build dataclass ``cls`` from a plain dict (e.g. a config saved next to a checkpoint)."""
+    return _build(cls, data, prefix="", source=source)
+
+
+def dump_config(obj: Any) -> dict:
+    """The dataclass tree as plain dicts/lists/scalars, ready for YAML or JSON."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise ValueError(f"dump_config expects a dataclass instance, got {type(obj).__name__}")
+    return _plain(obj)
+
+
+def save_config(obj: Any, path: str | Path) -> None:
+    """Write the resolved config (every field, defaults included) as YAML."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with Path(path).open("w") as f:
+        yaml.safe_dump(dump_config(obj), f, sort_keys=False)
+
+
+# --- the data side's sections -------------------------------------------------------------------
+
+
+@dataclass
+class DataConfig:
+    """Where the conversations come from and how they become token ids plus a loss mask.
+
+    ``sources``: local ``.json``/``.jsonl``/``.parquet`` files, local dataset folders, or hub dataset
+    names (``datasets.load_dataset``); all are concatenated. ``format``: ``auto`` picks per source from
+    its columns (``conversations`` = ShareGPT, ``messages`` = OpenAI style, ``text`` = plain text).
+    """
+
+    sources: list[str]
+    format: Literal["auto", "sharegpt", "messages", "text"] = "auto"
+    split: str = "train"  # split to read from hub datasets and dataset folders
+    max_samples: int | None = None  # keep the first N conversations (quick runs)
+    max_length: int = 2048  # tokens per sequence after the chat template; longer ones are truncated
+    chat_template: str | None = None  # Jinja string or path to a .jinja file; None = tokenizer's own
+    system_prompt: str | None = None  # prepended where a conversation has no system message
+    regenerate: bool = False  # replace assistant turns by the target's own generations
+    regen_temperature: float = 0.0  # 0 = greedy
+    regen_max_new_tokens: int = 1024
+    regen_batch_size: int = 16
+    num_proc: int = 1  # worker processes for tokenisation
+    test_fraction: float = 0.0  # held-out share for evaluation (0 = no test split)
+    seed: int = 0  # for the train/test split and regeneration sampling
+
+    def __post_init__(self):
+        if not self.sources:
+            raise ValueError("sources: give at least one data file, folder or hub dataset name")
+        for name in ("max_length", "regen_max_new_tokens", "regen_batch_size", "num_proc"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)}")
+        if self.max_samples is not None and self.max_samples < 1:
+            raise ValueError(f"max_samples: expected a positive integer or null, got {self.max_samples}")
+        if self.regen_temperature < 0:
+            raise ValueError(f"regen_temperature: expected >= 0, got {self.regen_temperature}")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction: expected a value in [0, 1), got {self.test_fraction}")
+
+
+@dataclass
+class FeatureCacheConfig:
+    """Offline target features: written once by ``eaglehead prepare``; ``dir: null`` = online mode.
+
+    A shard holds ``shard_size`` sequences and is built in memory before it is written, so it needs
+    about ``shard_size * mean_length * 4 * H * bytes(dtype)`` of host memory (H = target hidden size).
+    """
+
+    dir: str | None = None
+    shard_size: int = 64
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    batch_size: int = 8  # sequences per target forward while caching
+
+    def __post_init__(self):
+        for name in ("shard_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)}")
+
+
+# --- machinery ----------------------------------------------------------------------------------
+
+
+def _apply_override(cls: type, data: dict, item: str) -> None:
+    if "=" not in item:
+        raise ValueError(f"override {item!r}: expected key.sub=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    # Walk the dataclass tree first, so an unknown key is reported before anything is changed.
+    tp: Any = cls
+    for i, part in enumerate(parts):
+        tp = _unwrap_optional(tp)
+        if typing.get_origin(tp) is dict:  # free-form keys below a dict field
+            break
+        if not (dataclasses.is_dataclass(tp) and part in _field_types(tp)):
+            raise ValueError(f"override {item!r}: unknown key '{'.'.join(parts[: i + 1])}'")
+        tp = _field_types(tp)[part]
+    node = data
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        node[parts[-1]] = raw  # not YAML (e.g. a Jinja string): keep the text; the type check still applies
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _build(cls: type, data: Any, prefix: str, source: str) -> Any:
+    where = prefix.rstrip(".") or "the top level"
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: {where}: expected a mapping for {cls.__name__}, got {data!r}")
+    fields = _field_types(cls)
+    for key in data:
+        if key not in fields:
+            raise ValueError(
+                f"{source}: unknown key '{prefix}{key}' (known keys of {cls.__name__}: {', '.join(fields)})"
+            )
+    kwargs = {k: _coerce(v, fields[k], f"{prefix}{k}", source) for k, v in data.items()}
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and f.name not in kwargs
+        and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{source}: missing required key(s) {', '.join(prefix + m for m in missing)}")
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ValueError(f"{source}: {prefix}{e}") from None
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    try:
+        return _convert(value, tp, key, source)
+    except _Mismatch:
+        raise ValueError(f"{source}: key '{key}' expects {_type_name(tp)}, got {value!r}") from None
+
+
+def _convert(value: Any, tp: Any, key: str, source: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, arg, key, source)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if origin is Literal:
+        # Compare type too: YAML `1` must not satisfy Literal[True] and vice versa.
+        if any(type(value) is type(a) and value == a for a in args):
+            return value
+        raise _Mismatch
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise _Mismatch
+        return _build(tp, value, prefix=f"{key}.", source=source)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        (item_tp,) = args or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch
+        _, val_tp = args or (str, Any)
+        return {str(k): _coerce(v, val_tp, f"{key}.{k}", source) for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise _Mismatch from None
+        raise _Mismatch
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if tp is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+        raise _Mismatch
+    raise ValueError(f"{source}: key '{key}' has a field type the config loader does not support: {tp!r}")
+
+
+def _type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is list:
+        return f"a list of {_type_name(args[0]) if args else 'values'}"
+    if origin is dict:
+        return f"a mapping of {_type_name(args[1]) if args else 'values'}"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping ({tp.__name__})"
+    return getattr(tp, "__name__", repr(tp))
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

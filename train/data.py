@@ -1,0 +1,365 @@
+"""Conversations -> token ids and an assistant-only loss mask, rendered with the target's chat template.
+
+Usage (what ``eaglehead prepare`` does)::
+
+    splits = build_dataset(cfg.data, tokenizer, model=target)   # DatasetDict: "train" (+ "test")
+    counts = count_tokens(splits["train"], vocab_size)          # LongTensor[V] over loss tokens
+    d2t, t2d = build_draft_vocab(counts, draft_vocab_size)
+
+or step by step: ``load_conversations`` -> ``regenerate`` (optional) -> ``tokenize_conversations``.
+
+Normalised schema: every row has ``messages`` (a list of ``{role, content}``, roles ``system``/``user``/
+``assistant``) and ``text`` (plain-text rows: ``messages == []``). Tokenised rows have ``input_ids``
+and ``loss_mask`` (lists of ints of the same length). ``loss_mask[t] == 1`` means token ``t`` is a
+training target (something the model writes); the recipe shifts it to the predicting position.
+
+How the assistant span is found (no hard-coded separators): for assistant message ``i`` the template
+renders ``messages[:i]`` with ``add_generation_prompt=True`` (the prompt the model sees when it
+starts writing) and ``messages[:i+1]``; the characters between the two are what the model writes. Both
+renders must be prefixes of the whole conversation's render, otherwise the template rewrites earlier
+turns (e.g. strips reasoning from past assistant turns) and a ValueError says so. Inside the span the
+loss keeps the content and the end-of-turn token (the last special token of the span: the head must
+learn to predict the end of the turn) and drops text the template adds after it (``"\\n"`` after
+``<|im_end|>``). A token belongs to the span where its first character is.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pyarrow.compute as pc
+import torch
+from datasets import (
+    Dataset,
+    DatasetDict,
+    Features,
+    List,
+    Value,
+    concatenate_datasets,
+    load_dataset,
+)
+from tqdm.auto import tqdm
+from transformers import GenerationConfig
+
+from .config import DataConfig
+
+NORMALISED_FEATURES = Features(
+    {"messages": List({"role": Value("string"), "content": Value("string")}), "text": Value("string")}
+)
+ROLE_ALIASES = {
+    "system": "system",
+    "human": "user", "user": "user",
+    "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant",
+    "bing": "assistant", "model": "assistant",
+}
+FORMAT_COLUMNS = {"sharegpt": "conversations", "messages": "messages", "text": "text"}
+LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def build_dataset(cfg: DataConfig, tokenizer, model=None) -> DatasetDict:
+    """Load, optionally regenerate, tokenise and split, as ``cfg`` says. ``model`` is needed to regenerate."""
+    template = resolve_chat_template(cfg.chat_template)
+    convs = load_conversations(cfg.sources, cfg.format, cfg.split, cfg.system_prompt, cfg.max_samples)
+    if cfg.regenerate:
+        if model is None:
+            raise ValueError("data.regenerate is true: pass the target model to build_dataset")
+        convs = regenerate(
+            convs, model, tokenizer, cfg.regen_temperature, cfg.regen_max_new_tokens, cfg.regen_batch_size,
+            seed=cfg.seed, chat_template=template, max_length=cfg.max_length,
+        )
+    tokens = tokenize_conversations(convs, tokenizer, cfg.max_length, template, cfg.num_proc)
+    if cfg.test_fraction > 0:
+        parts = tokens.train_test_split(test_size=cfg.test_fraction, seed=cfg.seed)
+        return DatasetDict(train=parts["train"], test=parts["test"])
+    return DatasetDict(train=tokens)
+
+
+def resolve_chat_template(chat_template: str | None) -> str | None:
+    """``None`` (use the tokenizer's), a Jinja string, or a path to a ``.jinja`` file (read here)."""
+    if chat_template is None or "{" in chat_template:
+        return chat_template
+    path = Path(chat_template)
+    if not path.is_file():
+        raise ValueError(f"data.chat_template: {chat_template!r} is neither a Jinja template nor an existing file")
+    return path.read_text()
+
+
+# --- loading and normalising --------------------------------------------------------------------
+
+
+def load_conversations(
+    sources: list[str], format: str = "auto", split: str = "train",
+    system_prompt: str | None = None, max_samples: int | None = None,
+) -> Dataset:
+    """Read every source, normalise it to ``NORMALISED_FEATURES`` and concatenate.
+
+    Leading assistant messages (nothing to answer) and trailing non-assistant messages (no loss after
+    them) are dropped; conversations without an assistant message and empty texts are dropped.
+    Unknown roles raise ValueError naming the source, row and role.
+    """
+    if format not in ("auto", *FORMAT_COLUMNS):
+        raise ValueError(f"data.format: expected auto, sharegpt, messages or text, got {format!r}")
+    parts = []
+    for src in sources:
+        raw = _load_raw(src, split)
+        fmt = _detect_format(raw.column_names, src) if format == "auto" else format
+        if FORMAT_COLUMNS[fmt] not in raw.column_names:
+            raise ValueError(
+                f"data source {src}: format {fmt!r} needs a column {FORMAT_COLUMNS[fmt]!r}, found {raw.column_names}"
+            )
+        fn = functools.partial(_normalise_row, fmt=fmt, system_prompt=system_prompt, source=src)
+        parts.append(raw.map(fn, with_indices=True, remove_columns=raw.column_names, features=NORMALISED_FEATURES))
+    ds = concatenate_datasets(parts).filter(_has_loss)
+    if max_samples is not None:
+        ds = ds.select(range(min(max_samples, len(ds))))
+    return ds
+
+
+def _load_raw(src: str, split: str) -> Dataset:
+    path = Path(src)
+    if path.is_file():
+        if path.suffix not in LOCAL_BUILDERS:
+            raise ValueError(f"data source {src}: expected a {'/'.join(LOCAL_BUILDERS)} file")
+        return load_dataset(LOCAL_BUILDERS[path.suffix], data_files=str(path), split="train")
+    if path.is_dir():
+        return load_dataset(str(path), split=split)
+    if path.suffix in LOCAL_BUILDERS or src.startswith((".", "/", "~")):
+        raise ValueError(f"data source {src}: file not found")
+    return load_dataset(src, split=split)
+
+
+def _detect_format(columns: list[str], src: str) -> str:
+    for fmt, col in FORMAT_COLUMNS.items():
+        if col in columns:
+            return fmt
+    raise ValueError(
+        f"data source {src}: cannot detect the format from columns {columns}; expected 'conversations' "
+        "(ShareGPT), 'messages' (OpenAI style) or 'text', or set data.format"
+    )
+
+
+def _normalise_row(row: dict, idx: int, fmt: str, system_prompt: str | None, source: str) -> dict:
+    if fmt == "text":
+        text = row["text"]
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"data source {source} row {idx}: 'text' must be a string, got {type(text).__name__}")
+        return {"messages": [], "text": text or ""}
+    messages = []
+    for m in row[FORMAT_COLUMNS[fmt]] or []:
+        # ShareGPT rows use {from, value}, OpenAI rows {role, content}; files mix them at times.
+        role = m.get("from") or m.get("role")
+        content = m.get("value") if m.get("value") is not None else m.get("content")
+        if role not in ROLE_ALIASES:
+            raise ValueError(
+                f"data source {source} row {idx}: unknown role {role!r} (expected one of {sorted(ROLE_ALIASES)})"
+            )
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"data source {source} row {idx}: message content must be a string, got {content!r}")
+        messages.append({"role": ROLE_ALIASES[role], "content": content or ""})
+    if system_prompt is not None and not (messages and messages[0]["role"] == "system"):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    first = 1 if messages and messages[0]["role"] == "system" else 0
+    while len(messages) > first and messages[first]["role"] == "assistant":
+        del messages[first]
+    return {"messages": _trim_to_last_assistant(messages), "text": None}
+
+
+def _trim_to_last_assistant(messages: list[dict]) -> list[dict]:
+    """Drop messages after the last assistant one (they carry no loss); ``[]`` if there is none."""
+    while messages and messages[-1]["role"] != "assistant":
+        messages = messages[:-1]
+    return messages
+
+
+def _has_loss(row: dict) -> bool:
+    return bool(row["text"]) or any(m["role"] == "assistant" for m in row["messages"])
+
+
+# --- tokenising -----------------------------------------------------------------------------------
+
+
+def tokenize_conversations(
+    dataset: Dataset, tokenizer, max_length: int, chat_template: str | None = None, num_proc: int = 1
+) -> Dataset:
+    """Normalised rows -> ``input_ids``/``loss_mask``, truncated to ``max_length``; rows with no loss token
+    left (e.g. truncated inside the first prompt) are dropped."""
+    fn = functools.partial(_tokenize_row, tokenizer=tokenizer, max_length=max_length, chat_template=chat_template)
+    out = dataset.map(fn, with_indices=True, remove_columns=dataset.column_names,
+                      num_proc=num_proc if num_proc > 1 else None, desc="tokenising")
+    return out.filter(lambda r: any(r["loss_mask"]), num_proc=num_proc if num_proc > 1 else None)
+
+
+def _tokenize_row(row: dict, idx: int, tokenizer, max_length: int, chat_template: str | None) -> dict:
+    if row["messages"]:
+        if chat_template is None and tokenizer.chat_template is None:
+            raise ValueError("data.chat_template: the tokenizer has no chat template; set data.chat_template")
+        try:
+            ids, mask = tokenize_conversation(tokenizer, row["messages"], chat_template)
+        except (ValueError, jinja2.TemplateError) as e:  # e.g. a template that demands alternating roles
+            raise ValueError(f"conversation {idx}: {e}") from e
+    else:
+        ids = tokenizer(row["text"])["input_ids"]
+        mask = [1] * len(ids)  # plain text: every token is a target
+    return {"input_ids": ids[:max_length], "loss_mask": mask[:max_length]}
+
+
+def tokenize_conversation(
+    tokenizer, messages: list[dict], chat_template: str | None = None
+) -> tuple[list[int], list[int]]:
+    """Render ``messages`` with the chat template; return ``(input_ids, loss_mask)`` (see module docstring)."""
+    def render(msgs, gen_prompt):
+        return tokenizer.apply_chat_template(
+            msgs, chat_template=chat_template, tokenize=False, add_generation_prompt=gen_prompt
+        )
+
+    full = render(messages, False)
+    spans = []  # character ranges [start, end) the model writes
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        if i == 0:
+            raise ValueError("conversation starts with an assistant message: nothing to condition it on")
+        prompt, upto = render(messages[:i], True), render(messages[: i + 1], False)
+        if not upto.startswith(prompt):
+            raise ValueError(
+                f"chat template problem: the generation prompt for assistant message {i} "
+                f"({prompt[-40:]!r}) is not how the template starts that message; cannot locate the assistant span"
+            )
+        if not full.startswith(upto):
+            raise ValueError(
+                f"chat template problem: rendering the first {i + 1} messages is not a prefix of rendering the whole "
+                "conversation (the template rewrites earlier turns, e.g. drops reasoning from past assistant "
+                "messages); loss masks would be wrong. Set data.chat_template to a prefix-stable template"
+            )
+        spans.append((len(prompt), len(upto)))
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    special = _special_ids(tokenizer)
+    mask = [0] * len(ids)
+    for a, b in spans:
+        inside = [k for k, (s, _) in enumerate(offsets) if a <= s < b]
+        if not inside:
+            continue
+        ends = [k for k in inside if ids[k] in special]
+        if ends:
+            last = ends[-1]  # the end-of-turn token; text after it is template decoration
+        else:
+            last = inside[-1]
+            while last > inside[0] and not full[offsets[last][0]:offsets[last][1]].strip():
+                last -= 1
+        for k in inside:
+            if k <= last:
+                mask[k] = 1
+    return ids, mask
+
+
+def _special_ids(tokenizer) -> frozenset:
+    added = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return frozenset(set(tokenizer.all_special_ids) | added)
+
+
+def count_tokens(dataset: Dataset, vocab_size: int) -> torch.Tensor:
+    """How often each token id is a loss token: ``LongTensor[vocab_size]`` (input of ``build_draft_vocab``)."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    rows = dataset.select_columns(["input_ids", "loss_mask"]).with_format("arrow")
+    for batch in tqdm(rows.iter(batch_size=4096), total=-(-len(dataset) // 4096), desc="counting tokens"):
+        # Arrow list columns flattened to one id per token: [N_tokens]
+        ids = torch.from_numpy(_flat(batch.column("input_ids")))
+        ids = ids[torch.from_numpy(_flat(batch.column("loss_mask"))) != 0]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+            raise ValueError(f"count_tokens: token id {int(ids.max())} outside vocab_size={vocab_size}")
+        counts += torch.bincount(ids, minlength=vocab_size)
+    return counts
+
+
+def _flat(column) -> np.ndarray:
+    return np.asarray(pc.list_flatten(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def collate_tokens(rows: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """Right-pad tokenised rows: ``input_ids``, ``attention_mask``, ``loss_mask``, each ``LongTensor[B, T]``."""
+    width = max(len(r["input_ids"]) for r in rows)
+    out = {k: torch.zeros(len(rows), width, dtype=torch.long) for k in ("input_ids", "attention_mask", "loss_mask")}
+    out["input_ids"].fill_(pad_token_id)
+    for b, r in enumerate(rows):
+        n = len(r["input_ids"])
+        out["input_ids"][b, :n] = torch.as_tensor(r["input_ids"])
+        out["attention_mask"][b, :n] = 1
+        out["loss_mask"][b, :n] = torch.as_tensor(r["loss_mask"])
+    return out
+
+
+# --- regeneration ---------------------------------------------------------------------------------
+
+
+def regenerate(
+    dataset: Dataset, model, tokenizer, temperature: float, max_new_tokens: int, batch_size: int,
+    seed: int = 0, chat_template: str | None = None, max_length: int | None = None,
+) -> Dataset:
+    """Rewrite every assistant turn with the target's own output (normalised rows in and out).
+
+    Turn ``k`` of every conversation is generated in round ``k`` from the conversation so far, with its
+    earlier assistant turns already regenerated; user/system turns are kept. Batches are left-padded.
+    ``temperature == 0`` is greedy; otherwise plain temperature sampling (no top-k/top-p), reproducible
+    for a given ``seed`` and ``batch_size`` without touching the global RNG. A generation ends at the
+    model's EOS ids (``generation_config``) or after ``max_new_tokens``. With ``max_length``, a
+    conversation stops at the first turn whose prompt is already ``max_length`` tokens long (training
+    truncates there anyway). Plain-text rows are passed through.
+    """
+    convs = [[dict(m) for m in msgs] for msgs in dataset["messages"]]
+    texts = dataset["text"]
+    turns = [[j for j, m in enumerate(c) if m["role"] == "assistant"] for c in convs]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {
+        "do_sample": False}
+    gen_cfg = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=pad, **sampling)
+    eos = model.generation_config.eos_token_id
+    eos = tokenizer.eos_token_id if eos is None else eos
+    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        for k in range(max((len(t) for t in turns), default=0)):
+            todo = [(i, t[k]) for i, t in enumerate(turns) if len(t) > k]
+            if not todo:  # every remaining conversation was cut at max_length
+                break
+            prompts = [
+                tokenizer.apply_chat_template(convs[i][:j], chat_template=chat_template, tokenize=False,
+                                              add_generation_prompt=True)
+                for i, j in todo
+            ]
+            prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+            if max_length is not None:
+                keep = [n for n, ids in enumerate(prompt_ids) if len(ids) < max_length]
+                for n in set(range(len(todo))) - set(keep):
+                    i, j = todo[n]
+                    convs[i], turns[i] = _trim_to_last_assistant(convs[i][:j]), []  # the rest would be truncated
+                todo, prompt_ids = [todo[n] for n in keep], [prompt_ids[n] for n in keep]
+            order = sorted(range(len(todo)), key=lambda n: -len(prompt_ids[n]))  # similar lengths share a batch
+            for start in tqdm(range(0, len(order), batch_size), desc=f"regenerating turn {k + 1}"):
+                chunk = order[start:start + batch_size]
+                outs = _generate_left_padded(model, [prompt_ids[n] for n in chunk], gen_cfg, pad, device)
+                for n, new in zip(chunk, outs):
+                    cut = next((p for p, t in enumerate(new) if t in eos), len(new))
+                    i, j = todo[n]
+                    convs[i][j]["content"] = tokenizer.decode(new[:cut], skip_special_tokens=True)
+    model.train(was_training)
+    return Dataset.from_dict({"messages": convs, "text": texts}, features=NORMALISED_FEATURES).filter(_has_loss)
+
+
+@torch.no_grad()
+def _generate_left_padded(model, prompts: list[list[int]], gen_cfg, pad: int, device) -> list[list[int]]:
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        input_ids[b, width - len(p):] = torch.as_tensor(p)
+        attention_mask[b, width - len(p):] = 1
+    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                         generation_config=gen_cfg)
+    return out[:, width:].tolist()  # [B, new]: only the generated tokens
