@@ -24,11 +24,16 @@ from torch import nn
 
 
 def default_layer_ids(num_layers: int) -> list[int]:
-    """The low/mid/high ids vLLM and the EAGLE reference use: ``[2, L//2, L-3]``."""
-    if num_layers < 4:
-        # Tiny test models: keep three distinct, valid ids.
-        return sorted({1, max(1, num_layers // 2), num_layers})[:3] if num_layers >= 3 else [1] * 3
-    return [2, num_layers // 2, num_layers - 3]
+    """The low/mid/high ids vLLM and the EAGLE reference use: ``[2, L//2, L-3]``.
+
+    Below 7 layers those collide, so small (test/demo) targets get the three distinct ids
+    ``[L-3, L-2, L-1]``; every id stays below ``L``, which the serving engines can capture.
+    """
+    if num_layers >= 7:
+        return [2, num_layers // 2, num_layers - 3]
+    if num_layers >= 3:
+        return [num_layers - 3, num_layers - 2, num_layers - 1]
+    raise ValueError(f"a target needs at least 3 decoder layers for three fused feature ids, got {num_layers}")
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
