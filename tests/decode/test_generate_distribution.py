@@ -17,6 +17,10 @@ import torch
 
 from eaglehead.decode import (DraftModelDrafter, PromptLookupDrafter, SamplingConfig, probs,
                               speculative_generate, vanilla_generate)
+from eaglehead.decode.eagle import Eagle3Drafter
+from eaglehead.draftheads.config import Eagle3Config
+from eaglehead.draftheads.eagle3 import Eagle3Head
+from eaglehead.draftheads.vocab import build_draft_vocab
 from tests.tiny_models import tiny_llama
 
 V = 12
@@ -71,11 +75,19 @@ def test_supports_change_between_positions(setup):
     assert len(sizes) > 1 and max(sizes) < V  # top-p/top-k truncation differs across prefixes
 
 
-@pytest.mark.parametrize("drafter_kind", ["draft-lm", "draft-lm-hotter", "prompt-lookup"])
+@pytest.mark.parametrize("drafter_kind", ["draft-lm", "draft-lm-hotter", "prompt-lookup", "eagle3"])
 def test_speculative_sampling_matches_target_joint(setup, drafter_kind):
     target, draft, prompt, _, _, joint = setup
     if drafter_kind == "prompt-lookup":
         drafter = PromptLookupDrafter(V)
+    elif drafter_kind == "eagle3":
+        # Random head with an 8-token draft vocabulary: target tokens outside it (q = 0 < p) are
+        # reachable only through the residual.
+        cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=8)
+        torch.manual_seed(21)
+        head = Eagle3Head(cfg)
+        head.set_vocab(*build_draft_vocab(torch.arange(V), 8))
+        drafter = Eagle3Drafter(head, target)
     elif drafter_kind == "draft-lm":
         drafter = DraftModelDrafter(draft)  # same transform as the target
     else:
@@ -85,7 +97,7 @@ def test_speculative_sampling_matches_target_joint(setup, drafter_kind):
     gen = torch.Generator().manual_seed(1234)
     out = speculative_generate(target, drafter, x, gamma=3, sampling=SAMPLING, max_new_tokens=4, generator=gen)
     first_round = out.rounds[0]
-    if drafter_kind != "prompt-lookup":  # (its one deterministic chain is rejected at the first draft here)
+    if drafter_kind in ("draft-lm", "draft-lm-hotter"):  # (prompt lookup's one chain is rejected at once here)
         assert max(first_round.accepted) == 3 and min(first_round.accepted) == 0  # every path is exercised
     _check(_empirical(out.tokens), joint)
 

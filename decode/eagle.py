@@ -1,0 +1,121 @@
+"""The EAGLE-3 (and EAGLE-1 ablation) head as a drafter for ``speculative_generate``.
+
+Alignment (the head's convention): draft row ``t`` pairs the target's fused features ``f_t`` with the
+embedding of token ``x_{t+1}``, uses position ``t`` and predicts ``x_{t+2}``.
+
+State between rounds. The head's KV cache holds rows built from *target* features only. Rows whose
+features are known but not yet fed are *pending*: after the prompt, all ``T - 1`` prompt rows; after a
+round with ``A`` accepted drafts, the ``A + 1`` rows ``(f_last, d_1), .., (f_{d_A}, y)``, whose
+features come from the verification forward the target already ran (no extra target pass).
+``propose`` feeds the pending rows first (charged to drafting), then self-feeds: the layer's pre-norm
+output is paired with the token it just drafted, one position further. Self-fed rows are rolled back
+at ``commit`` because the accepted ones are re-fed with the target's real features.
+
+Usage::
+
+    drafter = load_eagle_drafter("runs/head/final", target)        # or Eagle3Drafter(head, target)
+    speculative_generate(target, drafter, input_ids, gamma=5, sampling=..., max_new_tokens=...)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from eaglehead.draftheads.eagle3 import DraftKVCache, Eagle3Head
+
+from .drafters import output_vocab_size
+from .sampling import SamplingConfig, probs, sample_from
+
+
+class Eagle3Drafter:
+    """Adapts an :class:`Eagle3Head` (or ``Eagle1Head``) bound to ``target`` to the drafter protocol."""
+
+    def __init__(self, head: Eagle3Head, target: nn.Module, sampling: SamplingConfig | None = None):
+        from eaglehead.draftheads.checkpoint import check_compatible
+
+        check_compatible(head, target.config)
+        self.head = head.eval()
+        head.bind_embedding(target.get_input_embeddings())
+        self.vocab_size = output_vocab_size(target)
+        if head.config.target_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"head target_vocab_size {head.config.target_vocab_size} != the target's output vocabulary "
+                f"{self.vocab_size}"
+            )
+        self.feature_layer_ids = list(head.config.fused_layer_ids)
+        self.sampling = sampling  # None: the target's sampling config
+        self.cache: DraftKVCache | None = None
+
+    # Pending rows: features [B, P, kH] (target features, projected lazily), tokens [B, P], valid [B, P].
+    def begin(self, input_ids, valid, target_features) -> None:
+        bsz, t = input_ids.shape
+        self.cache = DraftKVCache.for_head(self.head, bsz, capacity=max(256, 2 * t))
+        self.next_pos = torch.zeros(bsz, dtype=torch.long, device=input_ids.device)  # position of the next row
+        if t < 2:
+            self._pending = None
+            return
+        # Row r pairs f_r with x_{r+1}; a row is real when both tokens r and r+1 are.
+        self._pending = (target_features, input_ids[:, 1:], valid[:, :-1] & valid[:, 1:])
+
+    @torch.no_grad()
+    def propose(self, gamma, sampling, generator=None):
+        sampling = self.sampling or sampling
+        head = self.head
+        bsz = self.next_pos.shape[0]
+        dev = self.next_pos.device
+        if gamma == 0:
+            return (torch.zeros(bsz, 0, dtype=torch.long, device=dev),
+                    torch.zeros(bsz, 0, self.vocab_size, device=dev))
+        if self._pending is None:
+            raise RuntimeError("EAGLE drafting needs at least two prompt tokens (one target feature)")
+        feats, toks, ok = self._pending
+        # Positions of pending rows continue each row's count of real rows.
+        pos = self.next_pos[:, None] + ok.long().cumsum(-1) - 1
+        h = head.layer_forward(head.embed(toks), head.project(feats), pos.clamp_min(0), cache=self.cache,
+                               attention_mask=ok)  # [B, P, H]; the last column is real in every row
+        self.next_pos = self.next_pos + ok.long().sum(-1)
+        self._pending = None
+        self._rollback_to = self.cache.lengths.clone()
+        h = h[:, -1:]
+        drafts, qs = [], []
+        for i in range(gamma):
+            q_draft = probs(head.logits(h[:, -1]), sampling)  # [B, Vd]
+            d = head.draft_to_target(sample_from(q_draft, generator))  # [B] target ids
+            drafts.append(d)
+            qs.append(head.to_target_probs(q_draft))  # zero outside the draft vocabulary
+            if i < gamma - 1:  # self-fed step: own pre-norm hidden with the token just drafted
+                step_pos = (self.next_pos + i)[:, None]
+                h = head.layer_forward(head.embed(d[:, None]), h, step_pos, cache=self.cache)
+        return torch.stack(drafts, 1), torch.stack(qs, 1)
+
+    def commit(self, n_accepted, draft, next_token, target_features) -> None:
+        gamma = draft.shape[1]
+        if gamma > 0:
+            self.cache.crop_to(self._rollback_to)  # drop self-fed rows; accepted ones are re-fed below
+        dev = draft.device
+        acc = torch.tensor(n_accepted, device=dev)
+        # New rows: features of [last, d_1..d_A] with tokens [d_1..d_A, y]; right-aligned so that the
+        # last column is real in every row (rows with smaller A get holes on the left).
+        j = torch.arange(gamma + 1, device=dev)[None, :]
+        shift = gamma - acc[:, None]  # [B, 1]
+        src = (j - shift).clamp_min(0)  # [B, gamma+1]
+        toks = torch.cat([draft, next_token[:, None]], 1)
+        toks = torch.where(src == acc[:, None], next_token[:, None], toks.gather(1, src))
+        feats = target_features.gather(1, src[..., None].expand(-1, -1, target_features.shape[-1]))
+        ok = j >= shift
+        if self._pending is not None:  # a gamma-0 round fed nothing: keep the older rows in front
+            old_f, old_t, old_ok = self._pending
+            feats, toks, ok = torch.cat([old_f, feats], 1), torch.cat([old_t, toks], 1), torch.cat([old_ok, ok], 1)
+        self._pending = (feats, toks, ok)
+
+
+def load_eagle_drafter(path: str, target: nn.Module, *, device: str | torch.device | None = None,
+                       dtype: torch.dtype | None = None, sampling: SamplingConfig | None = None) -> Eagle3Drafter:
+    """Load a head directory (eaglehead checkpoint, EAGLE-3 or speculators layout) as a drafter for ``target``."""
+    from eaglehead.draftheads.checkpoint import import_eagle3
+
+    head = import_eagle3(path, target_config=target.config)
+    device = device or next(target.parameters()).device
+    head = head.to(device=device, dtype=dtype or next(target.parameters()).dtype)
+    return Eagle3Drafter(head, target, sampling=sampling)
