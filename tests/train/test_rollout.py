@@ -1,0 +1,141 @@
+"""The training-time rollout is faithful to real drafting, and its loss/masks/memory behave."""
+
+import pytest
+import torch
+
+from eaglehead.decode.cache import RaggedCacheLM
+from eaglehead.decode.eagle import Eagle3Drafter
+from eaglehead.decode.sampling import SamplingConfig
+from eaglehead.draftheads.config import Eagle3Config
+from eaglehead.draftheads.eagle3 import Eagle3Head
+from eaglehead.draftheads.taps import FeatureTaps
+from eaglehead.draftheads.vocab import build_draft_vocab
+from eaglehead.train.rollout import count_loss_tokens, loss_positions, rollout, rollout_steps
+from tests.tiny_models import tiny_llama
+
+V = 64
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=0, layers=4, vocab=V)
+
+
+def make_head(target, draft_vocab=40, seed=5):
+    cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=draft_vocab)
+    torch.manual_seed(seed)
+    head = Eagle3Head(cfg)
+    counts = torch.randint(0, 50, (V,), generator=torch.Generator().manual_seed(seed))
+    head.set_vocab(*build_draft_vocab(counts, draft_vocab))
+    head.bind_embedding(target.get_input_embeddings())
+    return head
+
+
+def features(target, head, ids, amask=None):
+    taps = FeatureTaps(target, head.config.fused_layer_ids, capture_final=True)
+    amask = torch.ones_like(ids) if amask is None else amask
+    with torch.no_grad(), taps.capture() as cap:
+        target(input_ids=ids, attention_mask=amask)
+    return {"input_ids": ids, "attention_mask": amask, "loss_mask": torch.ones_like(ids),
+            "fused": cap.fused(), "final_hidden": cap.final_hidden}
+
+
+@pytest.mark.parametrize("depth", [1, 3, 7])
+def test_rollout_step_i_equals_real_drafter_i_steps_deep(target, depth):
+    """On a sequence continued by the head's own drafts, rollout step i at the last prompt row gives
+    the same distribution as the real drafter at depth i (float32)."""
+    head = make_head(target)
+    prompt = torch.randint(0, V, (1, 9), generator=torch.Generator().manual_seed(depth))
+    runner = RaggedCacheLM(target, list(head.config.fused_layer_ids))
+    runner.reset(1)
+    feats = runner.forward(prompt[:, :-1], want_features=True).features
+    drafter = Eagle3Drafter(head, target)
+    drafter.begin(prompt, torch.ones_like(prompt, dtype=torch.bool), feats)
+    sampling = SamplingConfig(temperature=1.0)
+    drafts, q = drafter.propose(depth, sampling, torch.Generator().manual_seed(1))  # [1, depth], [1, depth, V]
+
+    seq = torch.cat([prompt, drafts], 1)
+    batch = features(target, head, seq)
+    row = prompt.shape[1] - 2  # the row (f_{n-2}, x_{n-1}) whose step 0 predicts d_1
+    with torch.no_grad():
+        for i, h in rollout_steps(head, seq, batch["fused"], batch["attention_mask"], depth):
+            p_roll = head.to_target_probs(torch.softmax(head.logits(h[0, row]).float(), -1))
+            torch.testing.assert_close(p_roll, q[0, i], atol=2e-6, rtol=1e-4)
+
+
+def test_rollout_differs_from_teacher_forcing_beyond_step_0(target):
+    """Steps >= 1 use the head's own hidden, not target features: the simulation is not a no-op."""
+    head = make_head(target)
+    seq = torch.randint(0, V, (1, 12), generator=torch.Generator().manual_seed(3))
+    batch = features(target, head, seq)
+    with torch.no_grad():
+        hs = [h for _, h in rollout_steps(head, seq, batch["fused"], batch["attention_mask"], 2)]
+        teacher = head(seq, batch["fused"])  # step 0 for every row
+    torch.testing.assert_close(hs[0], teacher, atol=1e-5, rtol=1e-5)
+    assert (head.logits(hs[1][0, :-1]) - head.logits(teacher[0, 1:])).abs().max() > 1e-3
+
+
+def test_loss_positions_and_counts():
+    loss = torch.tensor([[0, 0, 1, 1, 1, 1, 0, 0]])
+    amask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])  # right padding
+    pos = loss_positions(loss, amask, depth=3)
+    # step i row t trains on token t+i+2, which must be a real loss token
+    assert pos[0, 0].nonzero().flatten().tolist() == [0, 1, 2, 3]
+    assert pos[1, 0].nonzero().flatten().tolist() == [0, 1, 2]
+    assert pos[2, 0].nonzero().flatten().tolist() == [0, 1]
+    assert count_loss_tokens(loss, amask, 3).tolist() == [4, 3, 2]
+    left = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1]])
+    assert count_loss_tokens(torch.ones_like(left), left, 2).tolist() == [4, 3]
+
+
+def test_padding_does_not_change_loss(target):
+    """Left-padding a sequence leaves its per-step loss sums and counts unchanged."""
+    head = make_head(target)
+    seq = torch.randint(0, V, (1, 10), generator=torch.Generator().manual_seed(4))
+    lm_w = target.get_output_embeddings().weight
+    a = rollout(head, features(target, head, seq), lm_w, depth=3)
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), seq], 1)
+    amask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones_like(seq)], 1)
+    b = rollout(head, features(target, head, padded, amask), lm_w, depth=3)
+    torch.testing.assert_close(a.counts, b.counts)
+    torch.testing.assert_close(a.loss_sums, b.loss_sums, atol=1e-4, rtol=1e-5)
+
+
+def test_loss_is_cross_entropy_to_restricted_renormalised_target(target):
+    head = make_head(target, draft_vocab=20)
+    seq = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(6))
+    batch = features(target, head, seq)
+    lm_w = target.get_output_embeddings().weight
+    out = rollout(head, batch, lm_w, depth=1)
+    with torch.no_grad():
+        logits = head.logits(head(seq, batch["fused"])).double()  # [B, 7, Vd]
+        tl = (batch["final_hidden"] @ lm_w.T).double()[:, 2:, :][..., head.target_ids]  # restricted
+        p = torch.softmax(tl, -1)
+        ref = -(p * torch.log_softmax(logits[:, :6], -1)).sum()
+    torch.testing.assert_close(out.loss_sums[0].double(), ref, atol=1e-4, rtol=1e-5)
+    assert out.counts.tolist() == [12.0]
+    assert 0 <= out.accuracy()[0] <= 1
+
+
+def test_gradients_and_checkpointing_agree(target):
+    head = make_head(target)
+    seq = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(8))
+    batch = features(target, head, seq)
+    lm_w = target.get_output_embeddings().weight
+    grads = []
+    for ckpt in (True, False):
+        head.zero_grad()
+        rollout(head, batch, lm_w, depth=4, checkpoint_attention=ckpt).loss().backward()
+        grads.append({n: p.grad.clone() for n, p in head.named_parameters()})
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-5)
+    assert all(g.abs().sum() > 0 for g in grads[0].values())
+
+
+def test_bad_arguments(target):
+    head = make_head(target)
+    batch = features(target, head, torch.randint(0, V, (1, 8)))
+    with pytest.raises(ValueError, match="depth"):
+        rollout(head, batch, target.get_output_embeddings().weight, depth=0)
+    with pytest.raises(ValueError, match="decay"):
+        rollout(head, batch, target.get_output_embeddings().weight, decay=1.5)

@@ -1,0 +1,163 @@
+"""The simulated self-fed rollout ("training-time test") and its loss.
+
+EAGLE-3 trains the head on what it will see while drafting: step 0 reads the target's fused features;
+step ``i`` reads the head's own pre-norm output of step ``i-1``, paired with the next data token, one
+position further. Row ``t`` at step ``i`` therefore plays the draft made ``i`` tokens after the
+committed prefix ``x_0..x_{t+1}``: it attends to the step-0 keys of rows ``0..t`` (what the drafting
+cache holds: rows built from real target features) plus its own keys from steps ``1..i`` (the
+"diagonal"), uses RoPE position ``t + i`` and predicts ``x_{t+i+2}``.
+
+Memory stays linear in depth: the diagonal costs ``S`` extra keys per query (not ``S * T``), and the
+``T x T`` block scores of each step are recomputed in the backward pass (activation checkpointing of
+the attention) instead of being stored for every step.
+
+Usage::
+
+    out = rollout(head, batch, target_lm_head_weight, depth=7, decay=0.8)
+    (out.loss_sum_weighted(norms)).backward()   # norms: loss tokens per step summed over ranks/accum
+    out.accuracy()                               # [acc_0, ..., acc_{depth-1}]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from eaglehead.draftheads.eagle3 import Eagle3Head, attend, causal_mask
+
+
+@dataclass
+class RolloutOutput:
+    loss_sums: torch.Tensor  # [depth] sum over loss positions of the step's cross-entropy (has grad)
+    counts: torch.Tensor  # [depth] loss positions per step (this micro-batch)
+    correct: torch.Tensor  # [depth] top-1 agreements with the target's argmax
+    weights: torch.Tensor  # [depth] decay ** i
+
+    def loss(self, norms: torch.Tensor | None = None) -> torch.Tensor:
+        """``sum_i w_i * loss_sum_i / norm_i``; ``norms`` default to this batch's own counts.
+
+        For data-parallel/accumulated training pass the per-step loss-token counts summed over every
+        rank and micro-batch of the optimizer step, so the gradient is the global token mean.
+        """
+        norms = self.counts if norms is None else norms
+        return (self.weights * self.loss_sums / norms.clamp_min(1)).sum()
+
+    def accuracy(self) -> list[float]:
+        return (self.correct / self.counts.clamp_min(1)).tolist()
+
+
+def loss_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth: int) -> torch.Tensor:
+    """``[depth, B, T-1]`` bool: step ``i`` row ``t`` is trained iff token ``x_{t+i+2}`` is a loss token and
+    every token the row depends on (``x_t..x_{t+i+2}``) is real (not padding)."""
+    b, t = loss_mask.shape
+    valid = attention_mask.bool()
+    loss = loss_mask.bool() & valid
+    out = torch.zeros(depth, b, t - 1, dtype=torch.bool, device=loss_mask.device)
+    for i in range(min(depth, t - 2)):
+        n = t - i - 2  # rows t = 0..n-1 have a target token x_{t+i+2}
+        real = valid.unfold(1, i + 3, 1).all(-1)  # [B, n]: x_t..x_{t+i+2} all real
+        out[i, :, :n] = real & loss[:, i + 2:]
+    return out
+
+
+def count_loss_tokens(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth: int) -> torch.Tensor:
+    """Loss positions per step ``[depth]`` (int64), for normalising across ranks and micro-batches."""
+    return loss_positions(loss_mask, attention_mask, depth).flatten(1).sum(1)
+
+
+def _shift(x: torch.Tensor, i: int, fill: float | int = 0) -> torch.Tensor:
+    """``x[:, i:]`` padded at the end back to the same length (along dim 1)."""
+    if i == 0:
+        return x
+    pad = x.new_full((x.shape[0], i, *x.shape[2:]), fill)
+    return torch.cat([x[:, i:], pad], dim=1)
+
+
+def target_logits_in_draft_vocab(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
+                                 head: Eagle3Head) -> torch.Tensor:
+    """Target logits restricted to the draft vocabulary ``[B, T, Vd]``: only the draft rows of ``lm_head``."""
+    w = lm_head_weight.index_select(0, head.target_ids.to(lm_head_weight.device))
+    return F.linear(final_hidden.to(w.dtype), w).float()
+
+
+def target_argmax(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """Full-vocabulary argmax of the target logits ``[B, T]``, computed in chunks of rows."""
+    flat = final_hidden.reshape(-1, final_hidden.shape[-1])
+    out = torch.cat([F.linear(flat[s: s + chunk].to(lm_head_weight.dtype), lm_head_weight).argmax(-1)
+                     for s in range(0, flat.shape[0], chunk)])
+    return out.view(final_hidden.shape[:-1])
+
+
+def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor, attention_mask: torch.Tensor,
+                  depth: int, checkpoint_attention: bool = True):
+    """Yield the pre-norm hidden ``[B, T-1, H]`` of each step ``i = 0..depth-1`` (row ``t`` predicts ``x_{t+i+2}``)."""
+    rows = input_ids.shape[1] - 1
+    valid = attention_mask.bool()
+    row_valid = valid[:, :rows] & valid[:, 1:]
+    pos0 = (row_valid.long().cumsum(-1) - 1).clamp_min(0)  # [B, R]
+    mask0 = causal_mask(row_valid, rows)  # [B, 1, R, R]
+    emb_all = head.embed(input_ids)  # [B, T, H] (frozen target embedding)
+    h = head.project(fused[:, :rows])  # [B, R, H]
+
+    def attention(q, k0, v0, dk, dv):
+        return attend(q, k0, v0, mask0, dk, dv)
+
+    k0 = v0 = dk = dv = None
+    diag_k: list[torch.Tensor] = []
+    diag_v: list[torch.Tensor] = []
+    for i in range(depth):
+        emb = _shift(emb_all, i + 1)[:, :rows]  # token x_{t+i+1} for row t
+        q, k, v, res = head.qkv(emb, h, pos0 + i)
+        if i == 0:
+            k0, v0 = k, v
+        else:
+            diag_k.append(k)
+            diag_v.append(v)
+            dk = torch.stack(diag_k, dim=2)  # [B, kvH, i, R, d]: own keys from steps 1..i
+            dv = torch.stack(diag_v, dim=2)
+        if checkpoint_attention and torch.is_grad_enabled():
+            attn = checkpoint(attention, q, k0, v0, dk, dv, use_reentrant=False)
+        else:
+            attn = attention(q, k0, v0, dk, dv)
+        h = head.finish(attn, res)  # [B, R, H] pre-norm: fed to step i+1
+        yield i, h
+
+
+def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: torch.Tensor, *, depth: int = 7,
+            decay: float = 0.8, checkpoint_attention: bool = True) -> RolloutOutput:
+    """Run the ``depth``-step rollout on one batch and return per-step loss sums and accuracies.
+
+    ``batch``: ``input_ids, attention_mask, loss_mask [B, T]``, ``fused [B, T, k*H_t]``,
+    ``final_hidden [B, T, H_t]`` (target features at every position; right or left padding).
+    ``lm_head_weight [V, H_t]`` is the target's output projection (frozen).
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if not 0 < decay <= 1:
+        raise ValueError(f"decay must be in (0, 1], got {decay}")
+    ids, amask = batch["input_ids"], batch["attention_mask"]
+    rows = ids.shape[1] - 1
+    if rows < 2:
+        raise ValueError(f"sequences must hold at least 3 tokens, got {ids.shape[1]}")
+    positions_ok = loss_positions(batch["loss_mask"], amask, depth)  # [depth, B, R]
+    with torch.no_grad():
+        tgt_logits = target_logits_in_draft_vocab(batch["final_hidden"], lm_head_weight, head)  # [B, T, Vd]
+        tgt_p = torch.softmax(tgt_logits, dim=-1)  # restricted to the draft vocab and renormalised
+        tgt_top = target_argmax(batch["final_hidden"], lm_head_weight)  # [B, T] target ids
+    loss_sums, counts, correct = [], [], []
+    for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention):
+        logits = head.logits(h).float()  # [B, R, Vd]
+        sel = positions_ok[i]  # [B, R]
+        p = _shift(tgt_p, i + 2)[:, :rows]  # target distribution over x_{t+i+2}
+        ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)  # [B, R]
+        loss_sums.append((ce * sel).sum())
+        counts.append(sel.sum())
+        with torch.no_grad():
+            pred = head.draft_to_target(logits.argmax(-1))
+            top = _shift(tgt_top, i + 2, fill=-1)[:, :rows]
+            correct.append(((pred == top) & sel).sum())
+    weights = torch.tensor([decay ** i for i in range(depth)], device=ids.device)
+    return RolloutOutput(torch.stack(loss_sums), torch.stack(counts).float(), torch.stack(correct).float(), weights)
