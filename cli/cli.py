@@ -1,6 +1,10 @@
 """The ``eaglehead`` command line: one thin module wiring the subcommands to the packages.
 
     eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 5]
+    eaglehead prepare --config configs/NAME.yaml [--cache-features DIR] [key=value ...]
+    eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
+    eaglehead export CKPT --format eagle3|speculators --out DIR
+    eaglehead eval --target PATH --draft PATH --prompts SET [...]
     eaglehead demo [--out DIR]
 """
 
@@ -91,6 +95,59 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _train_config(args):
+    from eaglehead.train.config import load_config
+    from eaglehead.train.recipe import TrainConfig
+
+    return load_config(TrainConfig, args.config, args.overrides)
+
+
+def cmd_prepare(args) -> int:
+    from eaglehead.train.prepare import prepare
+
+    prepare(_train_config(args), cache_dir=args.cache_features, device=args.device)
+    return 0
+
+
+def cmd_train(args) -> int:
+    from eaglehead.train.trainer import train
+
+    summary = train(_train_config(args))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from eaglehead.draftheads.checkpoint import export_eagle3, export_speculators, import_eagle3
+
+    src = Path(args.checkpoint)
+    if (src / "head" / "config.json").is_file():  # a training output directory
+        src = src / "head"
+    if not (src / "config.json").is_file():
+        raise ValueError(f"CKPT {args.checkpoint!r}: expected a head directory (config.json + weights) or a "
+                         "training output directory holding head/")
+    out_dir = Path(args.out)
+    if out_dir.exists() and any(out_dir.iterdir()) and not args.overwrite:
+        raise ValueError(f"--out {out_dir} is not empty: pass --overwrite to replace its checkpoint files")
+    head = import_eagle3(src)
+    dtype = _dtype(args.dtype) if args.dtype else None
+    if args.format == "eagle3":
+        out = export_eagle3(head, args.out, overwrite=args.overwrite, dtype=dtype)
+    else:
+        out = export_speculators(head, args.out, overwrite=args.overwrite, dtype=dtype,
+                                 speculative_tokens=args.speculative_tokens)
+    print(f"exported {src} -> {out} ({args.format} layout)")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from eaglehead.eval.runner import run_eval
+
+    report = run_eval(args)
+    print(f"report: {Path(args.out) / 'report.md'} ({len(report.get('runs', []))} runs)")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from eaglehead.cli_demo import run_demo
 
@@ -117,6 +174,37 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     g.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("prepare", help="tokenise training data, count the draft vocabulary, cache features")
+    p.add_argument("--config", required=True)
+    p.add_argument("--cache-features", default=None, help="directory for offline target features")
+    p.add_argument("--device", default=None)
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.set_defaults(func=cmd_prepare)
+
+    t = sub.add_parser("train", help="train a draft head in this process (accelerate launch -m eaglehead.train "
+                                     "for several processes)")
+    t.add_argument("--config", required=True)
+    t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=5e-5")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("export", help="export a head for vLLM/SGLang")
+    e.add_argument("checkpoint", help="head directory, or a training output directory")
+    e.add_argument("--format", choices=["eagle3", "speculators"], default="eagle3")
+    e.add_argument("--out", required=True)
+    e.add_argument("--dtype", default=None, help="cast weights: float32 | bfloat16 | float16")
+    e.add_argument("--speculative-tokens", type=int, default=3, help="speculators: draft tokens per round")
+    e.add_argument("--overwrite", action="store_true", help="replace the files of an existing export")
+    e.set_defaults(func=cmd_export)
+
+    ev = sub.add_parser("eval", help="acceptance and time per token on held-out prompts, side by side")
+    try:
+        from eaglehead.eval.runner import add_eval_arguments
+
+        add_eval_arguments(ev)
+    except ImportError:  # the evaluation runner is optional until it lands
+        pass
+    ev.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("demo", help="run the built-in end-to-end demo on this machine")
     d.add_argument("--out", default="runs/demo", help="output directory")

@@ -1,0 +1,68 @@
+"""The command line on tiny local models: generate (three drafters), export, errors."""
+
+import json
+
+import pytest
+import torch
+
+from eaglehead.cli import main
+from eaglehead.draftheads.checkpoint import import_eagle3, save_pretrained
+from eaglehead.draftheads.config import Eagle3Config
+from eaglehead.draftheads.eagle3 import Eagle3Head
+from tests.tiny_models import save_tiny_target
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    target, tok = save_tiny_target(root / "target")
+    torch.manual_seed(1)
+    head = Eagle3Head(Eagle3Config.from_target_config(target.config, draft_vocab_size=len(tok)))
+    save_pretrained(head, root / "head")
+    save_tiny_target(root / "draft_lm", seed=3, layers=1)
+    return root
+
+
+def _generate(capsys, *args):
+    rc = main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "12", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_generate_streams_the_same_greedy_text_with_every_drafter(assets, capsys):
+    target = ["--target", str(assets / "target")]
+    rc, vanilla, _ = _generate(capsys, *target)
+    assert rc == 0 and vanilla.strip()
+    for extra in (["--prompt-lookup"], ["--draft", str(assets / "head")], ["--draft", str(assets / "draft_lm")]):
+        rc, text, err = _generate(capsys, *target, *extra, "--gamma", "3")
+        assert rc == 0
+        assert text == vanilla, extra
+        assert "tau=" in err
+
+
+def test_export_round_trip_and_refusal(assets, capsys, tmp_path):
+    for fmt in ("eagle3", "speculators"):
+        out = tmp_path / fmt
+        assert main(["export", str(assets / "head"), "--format", fmt, "--out", str(out)]) == 0
+        cfg = json.loads((out / "config.json").read_text())
+        assert ("speculators_model_type" in cfg) == (fmt == "speculators")
+        back = import_eagle3(out)
+        ref = import_eagle3(assets / "head")
+        for k, v in ref.state_dict().items():
+            assert torch.equal(back.state_dict()[k], v)
+        assert main(["export", str(assets / "head"), "--format", fmt, "--out", str(out)]) == 2
+        assert "--overwrite" in capsys.readouterr().err
+
+
+def test_bad_input_exits_2_with_the_parameter_named(assets, capsys):
+    target = ["--target", str(assets / "target")]
+    rc, _, err = _generate(capsys, *target, "--prompt-lookup", "--gamma", "0")
+    assert rc == 2 and "gamma" in err
+    rc, _, err = _generate(capsys, *target, "--temperature", "-1")
+    assert rc == 2 and "temperature" in err
+    rc, _, err = _generate(capsys, *target, "--top-p", "0")
+    assert rc == 2 and "top_p" in err
+    assert main(["export", str(assets / "missing"), "--out", str(assets / "x")]) == 2
+    assert "CKPT" in capsys.readouterr().err
+    assert main(["export", str(assets / "target"), "--out", str(assets / "y")]) == 2  # a full LM, not a head
+    assert "num_hidden_layers" in capsys.readouterr().err

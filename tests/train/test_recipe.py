@@ -1,0 +1,205 @@
+"""The accelerate recipe end to end on a tiny local target: logged loss, resume, offline == online,
+two processes == one, atomic checkpoints, configs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eaglehead.draftheads.checkpoint import load_pretrained, save_pretrained
+from eaglehead.draftheads.config import Eagle3Config
+from eaglehead.draftheads.eagle3 import Eagle3Head
+from eaglehead.train import recipe as recipe_mod
+from eaglehead.train.config import load_config, save_config
+from eaglehead.train.data import build_dataset, collate_tokens
+from eaglehead.train.features import OnlineFeatures
+from eaglehead.train.prepare import prepare
+from eaglehead.train.recipe import TrainConfig
+from eaglehead.train.rollout import count_loss_tokens, rollout
+from eaglehead.train.trainer import MicroBatches, train
+from tests.tiny_models import save_tiny_target
+
+ROOT = Path(__file__).resolve().parents[2]
+CONVS = [
+    ("add two numbers", "def add(a, b):\n    return a + b\n"),
+    ("loop to ten", "for i in range(10):\n    print(i)\n"),
+    ("a fox", "The quick brown fox jumps over the lazy dog."),
+    ("a stack", "class Stack:\n    def push(self, x):\n        self.items.append(x)\n"),
+    ("print", "print(i)\nprint(a + b)\n"),
+    ("speculate", "Speculative decoding drafts tokens and verifies them."),
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("recipe")
+    save_tiny_target(root / "target")
+    with (root / "data.jsonl").open("w") as f:
+        for q, a in CONVS:
+            f.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+    torch.manual_seed(0)
+    from transformers import AutoConfig
+
+    head = Eagle3Head(Eagle3Config.from_target_config(AutoConfig.from_pretrained(root / "target"), draft_vocab_size=259))
+    save_pretrained(head, root / "init_head")
+    return root
+
+
+def write_config(root: Path, name: str, **extra) -> Path:
+    cfg = {
+        "output_dir": str(root / name),
+        "model": {"target": str(root / "target")},
+        "data": {"sources": [str(root / "data.jsonl")], "max_length": 96},
+        "head": {"init_from": str(root / "init_head")},
+        "rollout": {"depth": 3},
+        "optim": {"max_steps": 4, "micro_batch_size": 2, "warmup_steps": 1, "lr": 3e-3},
+        "log_every": 1,
+        "save_every": 2,
+    }
+    for key, value in extra.items():
+        node = cfg
+        *path, last = key.split(".")
+        for p in path:
+            node = node.setdefault(p, {})
+        node[last] = value
+    import yaml
+
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def baseline(workspace):
+    cfg = load_config(TrainConfig, write_config(workspace, "base"))
+    train(cfg)
+    return workspace / "base"
+
+
+def test_logged_loss_equals_independent_recomputation(workspace, baseline):
+    """Step 1's logged loss is the rollout loss of the first global batch under the initial head."""
+    cfg = load_config(TrainConfig, workspace / "base.yaml")
+    target, tok = recipe_mod.load_target(cfg.model, torch.device("cpu"))
+    ds = build_dataset(cfg.data, tok)["train"]
+    batch, _ = MicroBatches(ds, lambda r: collate_tokens(r, tok.pad_token_id), 2, 1, 0, cfg.seed)[0]
+    head = load_pretrained(workspace / "init_head")
+    head.bind_embedding(target.get_input_embeddings())
+    feats = OnlineFeatures(target, head.config.fused_layer_ids)(batch)
+    out = rollout(head, feats, target.get_output_embeddings().weight, depth=3)
+    logged = metrics(baseline)
+    assert [m["step"] for m in logged] == [1, 2, 3, 4]
+    assert logged[0]["loss"] == pytest.approx(float(out.loss().detach()), rel=1e-5)
+    assert logged[-1]["loss"] < logged[0]["loss"]  # it learns
+    assert (baseline / "export_eagle3" / "config.json").is_file()
+    assert (baseline / "head" / "model.safetensors").is_file()
+    saved = load_config(TrainConfig, baseline / "checkpoints" / "step_4" / "config.yaml")
+    assert saved == cfg  # the resolved config travels with the checkpoint
+
+
+def test_resume_after_kill_reproduces_trajectory(workspace, baseline, monkeypatch):
+    path = write_config(workspace, "killed")
+    cfg = load_config(TrainConfig, path)
+    real_save = recipe_mod.CheckpointStore.save
+
+    def save_then_die(self, accelerator, step, state, config):
+        out = real_save(self, accelerator, step, state, config)
+        if step == 2:
+            raise KeyboardInterrupt("simulated kill after the step-2 checkpoint")
+        return out
+
+    monkeypatch.setattr(recipe_mod.CheckpointStore, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    monkeypatch.setattr(recipe_mod.CheckpointStore, "save", real_save)
+    train(load_config(TrainConfig, path))  # resume: auto
+    got, ref = metrics(workspace / "killed"), metrics(baseline)
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for a, b in zip(got, ref):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-7)
+    w1 = load_pretrained(workspace / "killed" / "head").state_dict()
+    w2 = load_pretrained(baseline / "head").state_dict()
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-6)
+
+
+def test_crash_mid_checkpoint_keeps_last_good_one(workspace, baseline, monkeypatch):
+    path = write_config(workspace, "crash", **{"optim.max_steps": 4, "save_every": 2})
+    cfg = load_config(TrainConfig, path)
+    from accelerate import Accelerator
+
+    real = Accelerator.save_state
+
+    def broken(self, output_dir=None, **kw):
+        if "step_4" in str(output_dir):
+            Path(output_dir, "partial.bin").write_bytes(b"half")
+            raise OSError("disk full (simulated)")
+        return real(self, output_dir, **kw)
+
+    monkeypatch.setattr(Accelerator, "save_state", broken)
+    with pytest.raises(OSError):
+        train(cfg)
+    store = recipe_mod.CheckpointStore(workspace / "crash", 2)
+    assert store.latest().name == "step_2"
+    assert not (workspace / "crash" / "checkpoints" / "step_4").exists()
+
+
+def test_offline_features_give_the_online_loss(workspace, baseline):
+    path = write_config(workspace, "offline", **{"features.dir": str(workspace / "cache"), "features.dtype": "float32",
+                                                  "optim.max_steps": 2})
+    cfg = load_config(TrainConfig, path)
+    prepare(cfg)
+    assert (workspace / "offline" / "draft_vocab.safetensors").is_file()
+    train(cfg)
+    for a, b in zip(metrics(workspace / "offline"), metrics(baseline)[:2]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
+
+def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline):
+    """accelerate launch, 2 CPU processes (gloo), micro-batch 1 each == 1 process, micro-batch 2."""
+    path = write_config(workspace, "ddp", **{"optim.micro_batch_size": 1})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"), "--num_processes", "2",
+           "-m", "eaglehead.train", "--config", str(path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for a, b in zip(metrics(workspace / "ddp"), metrics(baseline)):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["acc_0"] == pytest.approx(b["acc_0"], abs=1e-6)
+    w1 = load_pretrained(workspace / "ddp" / "head").state_dict()
+    w2 = load_pretrained(baseline / "head").state_dict()
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4)
+
+
+def test_bad_config_names_the_key(workspace, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((workspace / "base.yaml").read_text() + "rollout_depth: 3\n")
+    with pytest.raises(ValueError, match="rollout_depth"):
+        load_config(TrainConfig, bad)
+    with pytest.raises(ValueError, match="rollout.depth"):
+        load_config(TrainConfig, workspace / "base.yaml", ["rollout.depth=zero"])
+    with pytest.raises(ValueError, match="depth"):
+        load_config(TrainConfig, workspace / "base.yaml", ["rollout.depth=0"])
+
+
+def test_count_loss_tokens_used_for_normalisation_sums_over_micro_batches(workspace):
+    cfg = load_config(TrainConfig, workspace / "base.yaml")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cfg.model.target)
+    ds = build_dataset(cfg.data, tok)["train"]
+    one = MicroBatches(ds, lambda r: collate_tokens(r, 0), 2, 1, 0, 0)
+    halves = [MicroBatches(ds, lambda r: collate_tokens(r, 0), 1, 2, k, 0) for k in (0, 1)]
+    for g in range(5):  # crosses an epoch boundary
+        a = count_loss_tokens(one[g][0]["loss_mask"], one[g][0]["attention_mask"], 3)
+        b = sum(count_loss_tokens(h[g][0]["loss_mask"], h[g][0]["attention_mask"], 3) for h in halves)
+        assert a.tolist() == b.tolist()

@@ -1,0 +1,245 @@
+"""The training recipe: an EAGLE-3 (or EAGLE-1 ablation) head on a frozen target, through accelerate.
+
+    accelerate launch --config_file configs/accelerate/cpu.yaml -m eaglehead.train --config configs/smoke.yaml
+    eaglehead train --config configs/llama3.1-8b.yaml optim.lr=5e-5 output_dir=runs/llama
+
+Per optimizer step: ``grad_accum`` micro-batches per process; the loss of each rollout step is summed
+over loss tokens and divided by the loss-token count of that step summed over every process and
+micro-batch of the optimizer step, so the gradient is the exact global token mean whatever the
+process count or padding. Checkpoints (``output_dir/checkpoints/step_N``) hold the head, optimizer,
+scheduler, RNG states and the data position, written to a temporary directory and renamed, with a
+``latest`` pointer replaced atomically; ``resume: auto`` continues from it. The run ends by saving
+the head (``output_dir/head``) and exporting it in the EAGLE-3 layout (``output_dir/export_eagle3``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from eaglehead.draftheads import checkpoint as ckpt_io
+from eaglehead.draftheads.config import Eagle3Config
+from eaglehead.draftheads.eagle1 import Eagle1Head
+from eaglehead.draftheads.eagle3 import Eagle3Head
+from eaglehead.draftheads.vocab import build_draft_vocab, coverage
+
+from .config import DataConfig, FeatureCacheConfig, dump_config, save_config
+from .rollout import RolloutOutput, count_loss_tokens, rollout
+
+
+@dataclass
+class ModelConfig:
+    target: str  # hub id or local path of the target causal LM
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    trust_remote_code: bool = False
+
+
+@dataclass
+class HeadConfig:
+    type: Literal["eagle3", "eagle1"] = "eagle3"
+    fused_layer_ids: list[int] | None = None  # default [2, L//2, L-3] (eagle1: [L])
+    draft_vocab_size: int = 32000  # capped at the target vocabulary; eagle1 always uses the full one
+    intermediate_size: int | None = None  # default: the target's
+    init_from: str | None = None  # a head directory to start from
+
+
+@dataclass
+class RolloutConfig:
+    depth: int = 7  # simulated self-fed steps (training-time test)
+    decay: float = 0.8  # step i is weighted decay ** i
+    checkpoint_attention: bool = True  # recompute attention in backward: memory linear in depth
+
+    def __post_init__(self):
+        if self.depth < 1:
+            raise ValueError(f"depth: expected >= 1, got {self.depth}")
+        if not 0 < self.decay <= 1:
+            raise ValueError(f"decay: expected a value in (0, 1], got {self.decay}")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    warmup_steps: int = 100
+    max_steps: int = 1000  # optimizer steps
+    micro_batch_size: int = 1  # sequences per process per micro-batch
+    grad_accum: int = 1
+    max_grad_norm: float = 0.5
+
+    def __post_init__(self):
+        for name in ("max_steps", "micro_batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr: expected > 0, got {self.lr}")
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str
+    model: ModelConfig
+    data: DataConfig
+    features: FeatureCacheConfig = field(default_factory=FeatureCacheConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 500  # optimizer steps between checkpoints (0: only at the end)
+    keep_checkpoints: int = 2
+    resume: str = "auto"  # auto | never | a checkpoint directory
+    report_to: Literal["none", "wandb"] = "none"
+    wandb_project: str = "eaglehead"
+    export: bool = True  # export the final head in the EAGLE-3 layout
+
+
+class RolloutModule(nn.Module):
+    """The head plus its rollout loss behind ``forward``, so DDP/DeepSpeed see a normal forward call.
+
+    The frozen target ``lm_head`` weight is a plain attribute: not a parameter, not a buffer, never
+    wrapped, broadcast or saved.
+    """
+
+    def __init__(self, head: Eagle3Head, lm_head_weight: torch.Tensor, depth: int, decay: float, ckpt: bool):
+        super().__init__()
+        self.head = head
+        self.__dict__["lm_head_weight"] = lm_head_weight
+        self.depth, self.decay, self.ckpt = depth, decay, ckpt
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> RolloutOutput:
+        return rollout(self.head, batch, self.lm_head_weight, depth=self.depth, decay=self.decay,
+                       checkpoint_attention=self.ckpt)
+
+
+def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> Eagle3Head:
+    if cfg.head.init_from:
+        head = ckpt_io.import_eagle3(cfg.head.init_from, target_config=target.config)
+        return head
+    overrides = {}
+    if cfg.head.fused_layer_ids is not None:
+        overrides["fused_layer_ids"] = list(cfg.head.fused_layer_ids)
+    if cfg.head.intermediate_size is not None:
+        overrides["intermediate_size"] = cfg.head.intermediate_size
+    overrides["target_name_or_path"] = cfg.model.target
+    if cfg.head.type == "eagle1":
+        head = Eagle1Head(Eagle1Head.config_from_target(target.config, **overrides))
+        return head
+    vocab = target.get_output_embeddings().weight.shape[0]
+    size = min(cfg.head.draft_vocab_size, vocab)
+    head = Eagle3Head(Eagle3Config.from_target_config(target.config, draft_vocab_size=size, **overrides))
+    if size < vocab:
+        if token_counts is None:
+            raise ValueError("head.draft_vocab_size is smaller than the target vocabulary: token counts are needed")
+        head.set_vocab(*build_draft_vocab(token_counts, size))
+    return head
+
+
+def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _target_dtype(name: str, device_type: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device_type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class CheckpointStore:
+    """``checkpoints/step_N`` directories, renamed into place, plus an atomically replaced ``latest``."""
+
+    def __init__(self, root: Path, keep: int):
+        self.root, self.keep = root / "checkpoints", keep
+
+    def latest(self) -> Path | None:
+        pointer = self.root / "latest"
+        if not pointer.is_file():
+            return None
+        path = self.root / pointer.read_text().strip()
+        if not (path / "trainer_state.json").is_file():
+            raise ValueError(f"checkpoint pointer {pointer} names {path}, which is incomplete; pass resume: never or "
+                             "a checkpoint directory")
+        return path
+
+    def save(self, accelerator, step: int, state: dict, config: TrainConfig) -> Path:
+        final = self.root / f"step_{step}"
+        tmp = self.root / f".step_{step}.tmp"
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))  # model, optimizer, scheduler, RNG states of every process
+        if accelerator.is_main_process:
+            save_config(config, tmp / "config.yaml")
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)  # a crash before this line leaves the previous checkpoint intact
+            _write_atomic(self.root / "latest", final.name)
+            done = sorted((p for p in self.root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name[5:]))
+            for old in done[: -self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        return final
+
+
+def load_target(cfg: ModelConfig, device: torch.device):
+    """The frozen target and its tokenizer (``from_pretrained`` on a hub id or a local path)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cfg.target, trust_remote_code=cfg.trust_remote_code)
+    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=_target_dtype(cfg.dtype, device.type),
+                                                  trust_remote_code=cfg.trust_remote_code)
+    target.to(device).eval().requires_grad_(False)
+    return target, tok
+
+
+VOCAB_FILE = "draft_vocab.safetensors"
+
+
+def save_token_counts(output_dir: Path, counts: torch.Tensor) -> None:
+    from safetensors.torch import save_file
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tmp = output_dir / (VOCAB_FILE + ".tmp")
+    save_file({"token_counts": counts.to(torch.int64).contiguous()}, str(tmp))
+    os.replace(tmp, output_dir / VOCAB_FILE)
+
+
+def load_token_counts(output_dir: Path) -> torch.Tensor | None:
+    from safetensors.torch import load_file
+
+    path = output_dir / VOCAB_FILE
+    return load_file(str(path))["token_counts"] if path.is_file() else None
+
+
+def describe_vocab(head: Eagle3Head, counts: torch.Tensor | None) -> str:
+    size = head.config.draft_vocab_size
+    if counts is None or size == head.config.target_vocab_size:
+        return f"draft vocabulary: {size} tokens (the full target vocabulary)"
+    return (f"draft vocabulary: {size} of {head.config.target_vocab_size} tokens, covering "
+            f"{100 * coverage(counts, head.t2d.cpu()):.2f}% of loss-masked training tokens")
+
+
+__all__ = [
+    "TrainConfig", "ModelConfig", "HeadConfig", "RolloutConfig", "OptimConfig", "RolloutModule", "CheckpointStore",
+    "build_head", "cosine_with_warmup", "load_target", "save_token_counts", "load_token_counts", "describe_vocab",
+    "dump_config", "count_loss_tokens",
+]

@@ -1,0 +1,212 @@
+"""The training loop of the recipe (see :mod:`eaglehead.train.recipe` for the launch commands).
+
+Reads top to bottom: set up accelerate -> target, data, draft vocabulary, head -> optimizer and
+schedule -> resume -> steps (micro-batches, global loss-token normalisation, clip, step) -> logs and
+checkpoints -> final head and export.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from eaglehead.draftheads import checkpoint as ckpt_io
+
+from .config import save_config
+from .data import build_dataset, collate_tokens, count_tokens
+from .features import FeatureDataset, OnlineFeatures, collate_features
+from .recipe import (CheckpointStore, RolloutModule, TrainConfig, build_head, cosine_with_warmup, describe_vocab,
+                     load_target, load_token_counts, save_token_counts)
+from .rollout import count_loss_tokens
+
+
+class MicroBatches:
+    """Deterministic data order shared by every process count.
+
+    Epoch ``e`` is a permutation seeded by ``seed + e``. Global micro-batch ``g`` is the next
+    ``micro_batch_size * world`` sequences; process ``k`` takes the ``k``-th slice. So the data of
+    optimizer step ``s`` is a pure function of ``s``: resuming needs only the step number, and one
+    process with micro-batch ``2m`` sees exactly what two processes with ``m`` each see together.
+    """
+
+    def __init__(self, dataset, collate, micro_batch_size: int, world: int, rank: int, seed: int):
+        self.dataset, self.collate = dataset, collate
+        self.mbs, self.world, self.rank, self.seed = micro_batch_size, world, rank, seed
+        self.per_epoch = len(dataset) // (micro_batch_size * world)
+        if self.per_epoch < 1:
+            raise ValueError(f"the dataset has {len(dataset)} sequences: fewer than one global micro-batch "
+                             f"({micro_batch_size} x {world} processes)")
+        self._perm_epoch, self._perm = -1, None
+
+    def __getitem__(self, g: int):
+        epoch, i = divmod(g, self.per_epoch)
+        if epoch != self._perm_epoch:
+            gen = torch.Generator().manual_seed(self.seed + epoch)
+            self._perm, self._perm_epoch = torch.randperm(len(self.dataset), generator=gen).tolist(), epoch
+        start = i * self.mbs * self.world + self.rank * self.mbs
+        return self.collate([self.dataset[j] for j in self._perm[start:start + self.mbs]]), epoch
+
+
+def _make_accelerator(cfg: TrainConfig):
+    from accelerate import Accelerator
+
+    log_with = "wandb" if cfg.report_to == "wandb" else None
+    # Without CUDA, cpu=True lets processes started by torchrun (accelerate launch --multi_gpu) join a
+    # gloo process group instead of each running alone.
+    return Accelerator(gradient_accumulation_steps=cfg.optim.grad_accum, log_with=log_with,
+                       cpu=not torch.cuda.is_available())
+
+
+def _data(cfg: TrainConfig, accelerator, target, tok):
+    """(dataset, collate, online features or None, token counts or None)."""
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    out_dir = Path(cfg.output_dir)
+    if cfg.features.dir and (Path(cfg.features.dir) / "index.json").is_file():
+        ds = FeatureDataset(cfg.features.dir)
+        return ds, lambda rows: collate_features(rows, pad), None, load_token_counts(out_dir)
+    with accelerator.main_process_first():
+        ds = build_dataset(cfg.data, tok, model=target if cfg.data.regenerate else None)["train"]
+    counts = load_token_counts(out_dir)
+    if counts is None:
+        counts = count_tokens(ds, target.get_output_embeddings().weight.shape[0])
+    return ds, lambda rows: collate_tokens(rows, pad), None, counts
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run the recipe; returns a summary (final step, last logged metrics, output paths)."""
+    from accelerate.utils import set_seed
+
+    accelerator = _make_accelerator(cfg)
+    main = accelerator.is_main_process
+    set_seed(cfg.seed)
+    out_dir = Path(cfg.output_dir)
+    if main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out_dir / "config.yaml")
+    target, tok = load_target(cfg.model, accelerator.device)
+    dataset, collate, _, counts = _data(cfg, accelerator, target, tok)
+    head = build_head(cfg, target, counts)
+    head.bind_embedding(target.get_input_embeddings())
+    if main:
+        print(describe_vocab(head, counts))
+    layer_ids = list(head.config.fused_layer_ids)
+    if isinstance(dataset, FeatureDataset):
+        if list(dataset.layer_ids) != layer_ids:
+            raise ValueError(f"feature cache {cfg.features.dir} holds layer ids {dataset.layer_ids}, the head reads "
+                             f"{layer_ids}: rebuild the cache or set head.fused_layer_ids")
+        online = None
+    else:
+        online = OnlineFeatures(target, layer_ids)
+
+    model = RolloutModule(head, target.get_output_embeddings().weight, cfg.rollout.depth, cfg.rollout.decay,
+                          cfg.rollout.checkpoint_attention)
+    opt = cfg.optim
+    optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: cosine_with_warmup(s, opt.warmup_steps, opt.max_steps))
+    # The schedule is stepped by hand once per optimizer step: accelerate's wrapper would step it once
+    # per process (it assumes each process sees 1/N of an epoch), which changes the schedule with N.
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    store = CheckpointStore(out_dir, cfg.keep_checkpoints)
+    start = 0
+    resume_from = store.latest() if cfg.resume == "auto" else (None if cfg.resume == "never" else Path(cfg.resume))
+    if resume_from is not None:
+        accelerator.load_state(str(resume_from))
+        start = json.loads((resume_from / "trainer_state.json").read_text())["step"]
+        if main:
+            print(f"resuming from {resume_from} at step {start}")
+    if cfg.report_to == "wandb":
+        from .config import dump_config
+
+        accelerator.init_trackers(cfg.wandb_project, config=dump_config(cfg))
+
+    data = MicroBatches(dataset, collate, opt.micro_batch_size, accelerator.num_processes,
+                        accelerator.process_index, cfg.seed)
+    depth, ga = cfg.rollout.depth, opt.grad_accum
+    # accelerator.backward divides by grad_accum and DDP/DeepSpeed average over processes; the loss is
+    # already normalised by global token counts, so scale those two factors back out.
+    scale = accelerator.num_processes * ga
+    metrics_path = out_dir / "metrics.jsonl"
+    bar = tqdm(total=opt.max_steps, initial=start, disable=not main, desc="train", dynamic_ncols=True)
+    last: dict = {}
+    window = {"loss_sums": torch.zeros(depth), "counts": torch.zeros(depth), "correct": torch.zeros(depth),
+              "loss": 0.0, "tokens": 0, "t0": time.perf_counter(), "steps": 0}
+    for step in range(start, opt.max_steps):
+        micro = [data[step * ga + j] for j in range(ga)]
+        epoch = micro[-1][1]
+        counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth) for b, _ in micro)
+        norms = accelerator.reduce(counts_local.to(accelerator.device).float(), reduction="sum")
+        step_loss = torch.zeros((), device=accelerator.device)
+        for b, _ in micro:
+            with accelerator.accumulate(model):
+                batch = online(b) if online is not None else {k: v.to(accelerator.device) for k, v in b.items()}
+                out = model(batch)
+                loss = out.loss(norms)
+                accelerator.backward(loss * scale)
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), opt.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad()
+            step_loss += loss.detach()
+            window["loss_sums"] += out.loss_sums.detach().float().cpu()
+            window["counts"] += out.counts.cpu()
+            window["correct"] += out.correct.cpu()
+            window["tokens"] += int(b["attention_mask"].sum())
+        scheduler.step()
+        window["loss"] += float(accelerator.reduce(step_loss, reduction="sum"))
+        window["steps"] += 1
+        bar.update(1)
+        done = step + 1
+        if done % cfg.log_every == 0 or done == opt.max_steps:
+            last = _log(accelerator, window, done, epoch, scheduler, metrics_path, bar, cfg)
+            window = {k: (torch.zeros(depth) if isinstance(v, torch.Tensor) else 0) for k, v in window.items()}
+            window["t0"] = time.perf_counter()
+        if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
+            store.save(accelerator, done, {"step": done, "epoch": epoch}, cfg)
+    bar.close()
+    return _finish(accelerator, model, cfg, out_dir, last)
+
+
+def _log(accelerator, window, step, epoch, scheduler, path: Path, bar, cfg: TrainConfig) -> dict:
+    sums = accelerator.reduce(window["loss_sums"].to(accelerator.device), reduction="sum").cpu()
+    counts = accelerator.reduce(window["counts"].to(accelerator.device), reduction="sum").cpu().clamp_min(1)
+    correct = accelerator.reduce(window["correct"].to(accelerator.device), reduction="sum").cpu()
+    tokens = accelerator.reduce(torch.tensor(float(window["tokens"]), device=accelerator.device), reduction="sum")
+    elapsed = max(1e-9, time.perf_counter() - window["t0"])
+    rec = {"step": step, "epoch": epoch, "loss": window["loss"] / max(1, window["steps"]),
+           "lr": scheduler.get_last_lr()[0], "tokens_per_s": float(tokens) / elapsed}
+    rec.update({f"loss_{i}": float(v) for i, v in enumerate(sums / counts)})
+    rec.update({f"acc_{i}": float(v) for i, v in enumerate(correct / counts)})
+    if accelerator.is_main_process:
+        with path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+        shown = {"loss": f"{rec['loss']:.3f}", **{f"acc_{i}": f"{rec[f'acc_{i}']:.2f}" for i in range(min(3, cfg.rollout.depth))},
+                 "tok/s": f"{rec['tokens_per_s']:.0f}"}
+        bar.set_postfix(shown)
+    if cfg.report_to == "wandb":
+        accelerator.log(rec, step=step)
+    return rec
+
+
+def _finish(accelerator, model, cfg: TrainConfig, out_dir: Path, last: dict) -> dict:
+    accelerator.wait_for_everyone()
+    head = accelerator.unwrap_model(model).head
+    summary = {"step": last.get("step"), "metrics": last, "head": str(out_dir / "head")}
+    if accelerator.is_main_process:
+        ckpt_io.save_pretrained(head, out_dir / "head", overwrite=True)
+        if cfg.export:
+            try:
+                ckpt_io.export_eagle3(head, out_dir / "export_eagle3", overwrite=True)
+                summary["export_eagle3"] = str(out_dir / "export_eagle3")
+            except ValueError as exc:  # e.g. an eagle1 ablation head: not an EAGLE-3 layout
+                summary["export_skipped"] = str(exc)
+                print(f"export skipped: {exc}")
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    if cfg.report_to == "wandb":
+        accelerator.end_training()
+    return summary
