@@ -18,14 +18,14 @@ from eaglehead.draftheads.vocab import build_draft_vocab, coverage
 from .config import save_config
 from .data import build_dataset, count_tokens
 from .features import cache_features
-from .recipe import TrainConfig, load_target, save_token_counts
+from .recipe import TrainConfig, data_config, load_target, save_token_counts
 
 
 def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None = None) -> dict:
     """Returns a summary: sequences, loss tokens, draft-vocabulary coverage, feature cache path."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     target, tok = load_target(cfg.model, dev)
-    ds = build_dataset(cfg.data, tok, model=target if cfg.data.regenerate else None)["train"]
+    ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
     vocab = target.get_output_embeddings().weight.shape[0]
     counts = count_tokens(ds, vocab)
     out_dir = Path(cfg.output_dir)

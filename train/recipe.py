@@ -204,14 +204,26 @@ def load_target(cfg: ModelConfig, device: torch.device):
     """The frozen target and its tokenizer (``from_pretrained`` on a hub id or a local path)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(cfg.target, trust_remote_code=cfg.trust_remote_code)
-    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=_target_dtype(cfg.dtype, device.type),
+    from .builtin import resolve_target
+
+    path = resolve_target(cfg.target)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    target = AutoModelForCausalLM.from_pretrained(path, dtype=_target_dtype(cfg.dtype, device.type),
                                                   trust_remote_code=cfg.trust_remote_code)
     target.to(device).eval().requires_grad_(False)
     return target, tok
 
 
 VOCAB_FILE = "draft_vocab.safetensors"
+
+
+def data_config(cfg: TrainConfig) -> DataConfig:
+    """``cfg.data`` with built-in source names replaced by files (the saved config keeps the names)."""
+    from dataclasses import replace
+
+    from .builtin import resolve_sources
+
+    return replace(cfg.data, sources=resolve_sources(cfg.data.sources))
 
 
 def save_token_counts(output_dir: Path, counts: torch.Tensor) -> None:

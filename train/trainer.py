@@ -19,8 +19,8 @@ from eaglehead.draftheads import checkpoint as ckpt_io
 from .config import save_config
 from .data import build_dataset, collate_tokens, count_tokens
 from .features import FeatureDataset, OnlineFeatures, collate_features
-from .recipe import (CheckpointStore, RolloutModule, TrainConfig, build_head, cosine_with_warmup, describe_vocab,
-                     load_target, load_token_counts, save_token_counts)
+from .recipe import (CheckpointStore, RolloutModule, TrainConfig, build_head, cosine_with_warmup, data_config,
+                     describe_vocab, load_target, load_token_counts)
 from .rollout import count_loss_tokens
 
 
@@ -52,13 +52,28 @@ class MicroBatches:
 
 
 def _make_accelerator(cfg: TrainConfig):
+    import os
+
     from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
 
     log_with = "wandb" if cfg.report_to == "wandb" else None
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     # Without CUDA, cpu=True lets processes started by torchrun (accelerate launch --multi_gpu) join a
-    # gloo process group instead of each running alone.
-    return Accelerator(gradient_accumulation_steps=cfg.optim.grad_accum, log_with=log_with,
-                       cpu=not torch.cuda.is_available())
+    # gloo process group instead of each running alone. DeepSpeed brings its own CPU backend.
+    cpu_only = not torch.cuda.is_available()
+    handlers = [InitProcessGroupKwargs(backend="gloo")] if cpu_only and deepspeed else []
+    accelerator = Accelerator(gradient_accumulation_steps=cfg.optim.grad_accum, log_with=log_with,
+                              cpu=cpu_only and not deepspeed, kwargs_handlers=handlers)
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is not None:
+        # The recipe owns these numbers; the DeepSpeed config must agree with them.
+        ds = plugin.deepspeed_config
+        ds["train_micro_batch_size_per_gpu"] = cfg.optim.micro_batch_size
+        ds["gradient_accumulation_steps"] = cfg.optim.grad_accum
+        ds["gradient_clipping"] = cfg.optim.max_grad_norm
+        ds.pop("train_batch_size", None)  # DeepSpeed derives it from the two above and the world size
+    return accelerator
 
 
 def _data(cfg: TrainConfig, accelerator, target, tok):
@@ -69,7 +84,7 @@ def _data(cfg: TrainConfig, accelerator, target, tok):
         ds = FeatureDataset(cfg.features.dir)
         return ds, lambda rows: collate_features(rows, pad), None, load_token_counts(out_dir)
     with accelerator.main_process_first():
-        ds = build_dataset(cfg.data, tok, model=target if cfg.data.regenerate else None)["train"]
+        ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
     counts = load_token_counts(out_dir)
     if counts is None:
         counts = count_tokens(ds, target.get_output_embeddings().weight.shape[0])

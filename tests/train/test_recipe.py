@@ -162,19 +162,23 @@ def test_offline_features_give_the_online_loss(workspace, baseline):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
 
 
-def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline):
-    """accelerate launch, 2 CPU processes (gloo), micro-batch 1 each == 1 process, micro-batch 2."""
-    path = write_config(workspace, "ddp", **{"optim.micro_batch_size": 1})
+@pytest.mark.parametrize("launcher", ["cpu_ddp", "zero2"])
+def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline, launcher):
+    """accelerate launch, 2 CPU processes (gloo DDP, or DeepSpeed ZeRO-2 on its CPU backend), micro-batch 1
+    each == 1 process, micro-batch 2: same losses and the same final weights."""
+    path = write_config(workspace, launcher, **{"optim.micro_batch_size": 1})
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"), "--num_processes", "2",
-           "-m", "eaglehead.train", "--config", str(path)]
+           str(ROOT / "configs" / "accelerate" / f"{launcher}.yaml"), "--num_processes", "2",
+           "--mixed_precision", "no", "-m", "eaglehead.train", "--config", str(path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for a, b in zip(metrics(workspace / "ddp"), metrics(baseline)):
+    got = metrics(workspace / launcher)
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for a, b in zip(got, metrics(baseline)):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
         assert a["acc_0"] == pytest.approx(b["acc_0"], abs=1e-6)
-    w1 = load_pretrained(workspace / "ddp" / "head").state_dict()
+    w1 = load_pretrained(workspace / launcher / "head").state_dict()
     w2 = load_pretrained(baseline / "head").state_dict()
     for k in w1:
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4)

@@ -1,0 +1,46 @@
+"""Every YAML in configs/ loads: training configs against TrainConfig, accelerate configs against
+accelerate's own config class (and the DeepSpeed ones through its DeepSpeed plugin)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eaglehead.train.config import load_config
+from eaglehead.train.recipe import TrainConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TRAIN = sorted(p for p in CONFIGS.glob("*.yaml"))
+ACCEL = sorted((CONFIGS / "accelerate").glob("*.yaml"))
+
+
+def test_configs_exist():
+    names = {p.name for p in TRAIN} | {p.name for p in ACCEL}
+    assert {"smoke.yaml", "llama3.1-8b-instruct.yaml", "qwen3-8b.yaml"} <= names
+    assert {"cpu.yaml", "cpu_ddp.yaml", "single_gpu.yaml", "multi_gpu.yaml", "zero2.yaml", "zero3.yaml",
+            "multi_node.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", TRAIN, ids=lambda p: p.name)
+def test_training_config_loads_and_documents_its_launch_command(path):
+    cfg = load_config(TrainConfig, path)
+    assert cfg.rollout.depth >= 1 and cfg.optim.max_steps >= 1
+    header = path.read_text().split("\n", 3)
+    assert any("eaglehead" in line for line in header if line.startswith("#"))
+
+
+@pytest.mark.parametrize("path", ACCEL, ids=lambda p: p.name)
+def test_accelerate_config_is_valid(path):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    cfg = ClusterConfig.from_yaml_file(str(path))
+    assert cfg.num_processes >= 1
+    comments = [line for line in path.read_text().splitlines() if line.startswith("#")]
+    assert any("accelerate launch" in line for line in comments)  # the launch command is documented
+    if cfg.distributed_type == "DEEPSPEED" or str(cfg.distributed_type).endswith("DEEPSPEED"):
+        from accelerate.utils import DeepSpeedPlugin
+
+        ds = yaml.safe_load(path.read_text())["deepspeed_config"]
+        plugin = DeepSpeedPlugin(zero_stage=ds["zero_stage"], gradient_accumulation_steps=ds["gradient_accumulation_steps"],
+                                 gradient_clipping=ds["gradient_clipping"])
+        assert plugin.zero_stage == ds["zero_stage"] in (2, 3)
