@@ -187,6 +187,7 @@ class CheckpointStore:
             tmp.mkdir(parents=True)
         accelerator.wait_for_everyone()
         accelerator.save_state(str(tmp))  # model, optimizer, scheduler, RNG states of every process
+        accelerator.wait_for_everyone()  # every rank's files are in tmp before it is renamed
         if accelerator.is_main_process:
             save_config(config, tmp / "config.yaml")
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
