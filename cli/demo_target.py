@@ -1,0 +1,536 @@
+"""The demo's target LM: a small Llama trained once on the Python standard library, shipped with its recipe.
+
+Reproduce the shipped artifact (``cli/assets/demo_target/``) exactly, on one CPU thread::
+
+    python -m eaglehead.demo_target build --out cli/assets/demo_target --steps 1500
+
+(``recipe.json`` holds the exact command, with every setting spelled out.) Time one training step of
+a configuration without data: ``python -m eaglehead.demo_target bench [--layers 10 --width 192]``.
+
+Corpus. Every machine has it: the ``*.py`` files of the running Python's ``Lib/`` (without ``test/``,
+``tests/``, ``idle_test/``, ``idlelib/``, ``site-packages/``, ``__pycache__``) plus each entry of
+``pydoc_data.topics.topics`` as its own file ``pydoc:<name>``. Three kinds of file are left out on
+purpose: ``pydoc_data/topics.py`` (it holds all the topic prose again, so a held-out topic would leak
+into training through it), the codec tables in ``encodings/`` (files defining ``decoding_table`` or
+``decoding_map``: 1.3 MB of ``'\\x00'  # 0x00`` lines that would teach tables and flatter any drafter),
+and platform build data (``_sysconfigdata*``, ``config-*``). A file is held out when the first 8 bytes
+of ``sha256(relative path)`` fall in the lowest 10 %: the decision depends only on the path, so a file
+held out here is held out on every Python version, and ``corpus_split()`` gives the demo's later steps
+the same held-out prompts. Python 3.11.7: 602 train files (9.0 MB, 2.49M tokens) and 78 held-out files
+(0.84 MB, 0.24M tokens).
+
+Design (measured on a 2-core AMD EPYC VM, torch 2.13 CPU, transformers 5.24):
+
+* Vocabulary 4096, byte-level BPE. At width 192 the tied embedding is then 0.8M parameters instead of
+  1.6M, the output softmax costs half of a 8192 one in every target step and in every draft-head step
+  (the draft head has no cheap layers to hide it behind), and with only ~3M training tokens each entry
+  is seen more often. The training part tokenizes at 3.60 bytes per token at 4096 against 3.93 at 8192:
+  9 % more tokens for half the softmax.
+* 10 layers x 192, 3 heads of 64, SwiGLU 512, tied embeddings: 5.2M parameters, 4.4M outside the
+  embedding. A decoding step of a model this small is call overhead: ~1.5-2 ms per forward plus ~0.6-0.7 ms
+  per layer at width 192-256, almost independent of width. Depth therefore sets the target's step cost
+  (one thread, 64-token prompt: 10.7 ms best, 15.6 ms median on a busy machine; ~20 lean draft-head
+  steps of ~0.5 ms) and width sets the training cost. Width 192
+  instead of 256 needs (256/192)^2 = 1.8x fewer matmul FLOPs per token at the same depth, and a fixed CPU
+  budget is better spent on more tokens than on more parameters: a 10.4M model that saw ~1.2 epochs in 40
+  minutes generalised badly (held-out 4.7). One training step (16 x 256 tokens) takes ~3.1 s on one uncontended
+  thread (65 GFLOP/s in the matmuls, which are 63 % of the step; attention 15 %), so 1500 steps are ~80
+  minutes and 6.1M tokens, 2.5 epochs of the 2.49M training tokens. Repeating data for a few epochs
+  costs almost nothing (Muennighoff et al. 2023), and deep-and-thin beats wide-and-shallow at this size
+  (MobileLLM, Liu et al. 2024).
+* AdamW (0.9, 0.95), weight decay 0.1 on matrices only, peak lr 1.5e-3, 100 warm-up steps, cosine to
+  10 %, gradient clipping at 1.0, batches of 16 packed chunks of 256 tokens with ``<|endoftext|>``
+  after every file. No dropout: 2.5 epochs do not overfit a model this size.
+* Reproducibility: fixed seeds, a seeded permutation per epoch over the chunks, one thread (CPU kernels
+  are then deterministic) and a schedule fixed by the step count, never by wall time. ``--seconds`` only
+  stops the run early; the artifact then records ``--stop-at`` so its command still reproduces it. The
+  same machine and torch build gives bit-identical weights; other CPUs may differ in the last bits.
+* The artifact (rewritten every ~10 minutes, so a usable target exists before the end) is the
+  ``save_pretrained`` layout in float16 (10 mantissa bits against bfloat16's 7: closer to the trained
+  float32 weights, and the range is ample for weights of this size), ~11 MB. Decoding loads it in
+  float32: ``load_demo_target()`` does; ``from_pretrained`` would default to the stored float16.
+
+API::
+
+    train_files, heldout_files = corpus_split()          # lists of (file id, text)
+    corpus_fingerprint(train_files + heldout_files)      # sha256 of the ids and their contents
+    model, tokenizer, recipe = load_demo_target()        # float32, eval mode, from the user's cache
+    recipe_key(recipe)                                   # sha256 of the recipe inputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import sysconfig
+import time
+import warnings
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+RECIPE_VERSION = 1
+EOS = "<|endoftext|>"
+HELDOUT_FRACTION = 0.1
+ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "demo_target"
+_EXCLUDED_DIRS = {"test", "tests", "idle_test", "idlelib", "site-packages", "__pycache__"}
+_ARTIFACT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                   "tokenizer_config.json", "special_tokens_map.json")
+
+
+# ----------------------------------------------------------------------------------------- corpus
+
+def _is_excluded(rel: str, text: str) -> bool:
+    parts = rel.split("/")
+    if set(parts[:-1]) & _EXCLUDED_DIRS or parts[0].startswith("config-") or parts[-1].startswith("_sysconfigdata"):
+        return True
+    tables = "decoding_table = (" in text or "decoding_map" in text
+    return rel == "pydoc_data/topics.py" or (parts[0] == "encodings" and tables)
+
+
+def is_heldout(file_id: str) -> bool:
+    """True when ``file_id`` belongs to the held-out part: a stable function of the id alone."""
+    return int.from_bytes(hashlib.sha256(file_id.encode()).digest()[:8], "big") < HELDOUT_FRACTION * 2 ** 64
+
+
+def corpus_files(stdlib: str | os.PathLike | None = None) -> list[tuple[str, str]]:
+    """All corpus files as (id, text), sorted by id: stdlib sources by relative path, then ``pydoc:<topic>``."""
+    import pydoc_data.topics
+
+    root = Path(stdlib or sysconfig.get_paths()["stdlib"])
+    if not root.is_dir():
+        raise ValueError(f"stdlib: expected a directory of Python sources, got {str(root)!r}")
+    files = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        # Bytes decoded as UTF-8 so the text does not depend on the locale; a few old files are Latin-1.
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        if not _is_excluded(rel, text):
+            files.append((rel, text))
+    files.sort()
+    files += sorted((f"pydoc:{name}", text) for name, text in pydoc_data.topics.topics.items())
+    return files
+
+
+def corpus_split(limit: int | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(train_files, heldout_files), each a list of (id, text) sorted by id; ``limit`` keeps the first few of each."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit: expected a positive number of files or None, got {limit}")
+    files = corpus_files()
+    train = [f for f in files if not is_heldout(f[0])][:limit]
+    heldout = [f for f in files if is_heldout(f[0])][:limit]
+    return train, heldout
+
+
+def corpus_fingerprint(files: list[tuple[str, str]]) -> str:
+    """sha256 over the sorted file ids and the sha256 of each file's text."""
+    h = hashlib.sha256()
+    for file_id, text in sorted(files):
+        h.update(f"{file_id}\0{hashlib.sha256(text.encode()).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+# -------------------------------------------------------------------------------------- tokenizer
+
+def train_tokenizer(texts: list[str], vocab_size: int, seq_len: int):
+    """Byte-level BPE over ``texts`` with ``<|endoftext|>`` as id 0 (eos and pad), as a PreTrainedTokenizerFast.
+
+    Training is deterministic: two runs over the full corpus gave the same tokenizer.json, and the
+    reproducibility test compares two builds' tokenizer.json byte for byte.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < 512:
+        raise ValueError(f"vocab_size: expected at least 512 (256 bytes + merges), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer, length=len(texts))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS, model_max_length=seq_len)
+
+
+# ----------------------------------------------------------------------------------------- recipe
+
+@dataclass(frozen=True)
+class Settings:
+    """Every input of a build; the command-line flags are these names with dashes."""
+
+    steps: int = 1500
+    vocab: int = 4096
+    layers: int = 10
+    width: int = 192
+    heads: int = 3
+    intermediate: int = 512
+    seq_len: int = 256
+    batch: int = 16
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 1234
+    eval_every: int = 100
+    eval_chunks: int = 32
+    corpus_limit: int = 0          # 0: the whole corpus; n: the first n train and n held-out files
+
+    def validate(self) -> None:
+        may_be_zero = ("corpus_limit", "min_lr_ratio", "weight_decay", "warmup")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0 or (value == 0 and f.name not in may_be_zero):
+                raise ValueError(f"--{f.name.replace('_', '-')}: expected a positive value, got {value}")
+        if self.width % self.heads:
+            raise ValueError(f"--width: expected a multiple of --heads ({self.heads}), got {self.width}")
+        if self.warmup >= self.steps:
+            raise ValueError(f"--warmup: expected fewer than --steps ({self.steps}) steps, got {self.warmup}")
+
+
+def model_config(s: Settings, eos_id: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=s.vocab, hidden_size=s.width, intermediate_size=s.intermediate,
+                       num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.heads,
+                       max_position_embeddings=s.seq_len, tie_word_embeddings=True, bos_token_id=eos_id,
+                       eos_token_id=eos_id, pad_token_id=eos_id)
+
+
+def recipe_key(recipe: dict | None = None) -> str:
+    """sha256 of a recipe's ``inputs`` (canonical JSON); default: the shipped recipe.json."""
+    if recipe is None:
+        recipe = read_recipe(ASSETS_DIR)
+    if "inputs" not in recipe:
+        raise ValueError("recipe: expected a dict with an 'inputs' key (the content of recipe.json)")
+    return hashlib.sha256(json.dumps(recipe["inputs"], sort_keys=True).encode()).hexdigest()
+
+
+def read_recipe(directory: str | os.PathLike) -> dict:
+    path = Path(directory) / "recipe.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: expected a demo-target recipe.json; build one with "
+                         f"`python -m eaglehead.demo_target build --out {directory}`")
+    return json.loads(path.read_text())
+
+
+def command_for(s: Settings, out: str, stop_at: int | None) -> str:
+    flags = " ".join(f"--{f.name.replace('_', '-')} {getattr(s, f.name)}" for f in fields(s))
+    return f"python -m eaglehead.demo_target build --out {out} {flags}" + (f" --stop-at {stop_at}" if stop_at else "")
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------- training
+
+def _pack(tokenizer, files: list[tuple[str, str]], seq_len: int):
+    """Token stream of ``files`` with ``<|endoftext|>`` after each, cut into chunks: (n_chunks, seq_len + 1).
+
+    Consecutive chunks overlap by one token so that every stream position is a target exactly once.
+    """
+    import torch
+
+    rows = tokenizer.backend_tokenizer.encode_batch([text for _, text in files], add_special_tokens=False)
+    stream = torch.tensor([t for row in rows for t in row.ids + [tokenizer.eos_token_id]], dtype=torch.long)
+    n = (len(stream) - 1) // seq_len
+    if n < 1:
+        raise ValueError(f"corpus: {len(stream)} tokens do not fill one chunk of --seq-len {seq_len}")
+    return stream[: n * seq_len + 1].unfold(0, seq_len + 1, seq_len)
+
+
+def _batches(n_chunks: int, batch: int, seed: int):
+    """Endless batches of chunk indices: a fresh seeded permutation per epoch, read ``batch`` at a time."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    pending = torch.empty(0, dtype=torch.long)
+    while True:
+        while len(pending) < batch:
+            pending = torch.cat([pending, torch.randperm(n_chunks, generator=gen)])
+        yield pending[:batch]
+        pending = pending[batch:]
+
+
+def _lr(s: Settings, step: int) -> float:
+    """Linear warm-up over ``s.warmup`` steps, then cosine from ``s.lr`` to ``s.lr * s.min_lr_ratio`` at ``s.steps``."""
+    if step < s.warmup:
+        return s.lr * (step + 1) / s.warmup
+    progress = (step - s.warmup) / max(1, s.steps - s.warmup)
+    return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _mean_loss(model, chunks, batch: int) -> float:
+    """Mean next-token cross-entropy over ``chunks`` (n, seq_len + 1), every chunk the same length."""
+    import torch
+    import torch.nn.functional as F
+
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, len(chunks), batch):
+            c = chunks[i:i + batch]
+            logits = model(input_ids=c[:, :-1], use_cache=False).logits  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1), c[:, 1:].flatten(), reduction="sum").item()
+    return total / chunks[:, 1:].numel()
+
+
+def _spread(chunks, k: int):
+    """``k`` chunks evenly spaced over ``chunks`` (all of them when there are fewer)."""
+    import torch
+
+    return chunks[torch.linspace(0, len(chunks) - 1, min(k, len(chunks))).round().long()]
+
+
+def _optimizer(model, s: Settings):
+    import torch
+
+    # Weight decay on matrices only (projections, embedding); RMSNorm gains are left alone.
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    keep = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
+                              {"params": keep, "weight_decay": 0.0}], lr=s.lr, betas=(0.9, 0.95))
+
+
+def _save(model, tokenizer, out: Path, recipe: dict, eval_sets: dict, batch: int) -> None:
+    """Write the shipped layout into ``out`` file by file (each replaced atomically), recipe.json last."""
+    import torch
+
+    half = copy.deepcopy(model).to(torch.float16)
+    staging = out / ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    half.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    recipe["files"] = {}
+    for name in _ARTIFACT_FILES:
+        if (staging / name).is_file():
+            recipe["files"][name] = file_sha256(staging / name)
+            os.chmod(staging / name, 0o644)
+            os.replace(staging / name, out / name)
+    shutil.rmtree(staging)
+    # Loss of the weights as shipped (float16, loaded back in float32): the rounding's cost, measured.
+    shipped = half.float().eval()
+    recipe["results"].update({f"{k}_loss_shipped": round(_mean_loss(shipped, v, batch), 4)
+                              for k, v in eval_sets.items()})
+    (out / "recipe.json.tmp").write_text(json.dumps(recipe, indent=1, sort_keys=True) + "\n")
+    os.replace(out / "recipe.json.tmp", out / "recipe.json")
+
+
+def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, stop_at: int | None = None,
+          threads: int = 1, save_every_seconds: float = 600.0, progress: bool = True) -> dict:
+    """Train the tokenizer and the target per ``s``; write the artifact to ``out``; return the recipe dict.
+
+    ``seconds`` and ``stop_at`` end the run early without changing the schedule (the artifact records the
+    step it stopped at). The torch thread count is set to ``threads`` for the run and restored afterwards.
+    """
+    import tokenizers
+    import torch
+    import transformers
+    from tqdm import tqdm
+    from transformers import LlamaForCausalLM
+
+    s.validate()
+    if stop_at is not None and not 1 <= stop_at <= s.steps:
+        raise ValueError(f"--stop-at: expected a step in [1, --steps {s.steps}], got {stop_at}")
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        t0 = time.monotonic()
+        train_files, heldout_files = corpus_split(s.corpus_limit or None)
+        tokenizer = train_tokenizer([text for _, text in train_files], s.vocab, s.seq_len)
+        train_chunks = _pack(tokenizer, train_files, s.seq_len)      # (n_train, seq_len + 1)
+        eval_sets = {"train": _spread(train_chunks, s.eval_chunks),
+                     "heldout": _spread(_pack(tokenizer, heldout_files, s.seq_len), s.eval_chunks)}
+        torch.manual_seed(s.seed)
+        model = LlamaForCausalLM(model_config(s, tokenizer.eos_token_id)).float().train()
+        opt = _optimizer(model, s)
+        versions = {"python": sys.version.split()[0], "torch": torch.__version__,
+                    "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+        inputs = {"recipe_version": RECIPE_VERSION, "settings": asdict(s),
+                  "corpus": {"fingerprint": corpus_fingerprint(train_files + heldout_files),
+                             "train_files": len(train_files), "heldout_files": len(heldout_files),
+                             "heldout_rule": f"sha256(id)[:8] < {HELDOUT_FRACTION} * 2**64",
+                             "train_tokens": int(train_chunks[:, 1:].numel())},
+                  "tokenizer": {"model": "byte-level BPE", "vocab_size": s.vocab, "min_frequency": 2,
+                                "special_tokens": [EOS], "eos_pad": EOS},
+                  "model": {"class": "LlamaForCausalLM", "parameters": model.num_parameters(),
+                            "config": {k: v for k, v in model.config.to_diff_dict().items()
+                                       if k not in ("transformers_version", "dtype")}}}
+        log = open(out_dir / "train.log", "w")
+        log.write(f"# {command_for(s, str(out), stop_at)}\n# versions {json.dumps(versions)}\n")
+        last = s.steps if stop_at is None else stop_at
+        results: dict = {}
+        running, last_save = [], time.monotonic()
+        bar = tqdm(total=last, disable=not progress, mininterval=30, desc="demo target")
+        batches = _batches(len(train_chunks), s.batch, s.seed)
+        step = 0
+        while step < last:
+            chunk = train_chunks[next(batches)]                            # (batch, seq_len + 1)
+            for group in opt.param_groups:
+                group["lr"] = _lr(s, step)
+            logits = model(input_ids=chunk[:, :-1], use_cache=False).logits  # (batch, seq_len, vocab)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+            opt.step()
+            step += 1
+            running.append(loss.item())
+            bar.update(1)
+            timed_out = seconds is not None and time.monotonic() - t0 > seconds
+            done = step == last or timed_out
+            if step % s.eval_every != 0 and not done:
+                continue
+            model.eval()
+            results = {"steps_done": step, "running_train_loss": round(sum(running) / len(running), 4),
+                       **{f"{k}_loss": round(_mean_loss(model, v, s.batch), 4) for k, v in eval_sets.items()},
+                       "epochs": round(step * s.batch / len(train_chunks), 3),
+                       "wall_seconds": round(time.monotonic() - t0, 1)}
+            running = []
+            log.write(json.dumps(results | {"lr": _lr(s, step - 1)}) + "\n")
+            log.flush()
+            bar.set_postfix(loss=results["running_train_loss"], heldout=results["heldout_loss"])
+            # Saved only right after an evaluation, so that recipe.json's losses describe the saved weights.
+            if done or time.monotonic() - last_save > save_every_seconds:
+                stopped = None if step == s.steps else step
+                recipe = {"recipe_version": RECIPE_VERSION, "inputs": inputs | {"stop_at": step},
+                          "status": "complete" if step == s.steps else "partial", "versions": versions,
+                          "command": command_for(s, str(out), stopped), "results": results, "log": "train.log"}
+                recipe["key"] = recipe_key(recipe)
+                _save(model, tokenizer, out_dir, recipe, eval_sets, s.batch)
+                last_save = time.monotonic()
+            model.train()
+            if timed_out:
+                break
+        bar.close()
+        log.close()
+        return recipe
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def bench_step(s: Settings, steps: int = 3, threads: int = 1) -> dict:
+    """Seconds per training step of ``s``'s model on random tokens (one warm-up step not counted)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    s.validate()
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(s.seed)
+        model = LlamaForCausalLM(model_config(s, 0)).float().train()
+        opt = _optimizer(model, s)
+        chunk = torch.randint(0, s.vocab, (s.batch, s.seq_len + 1))
+        times = []
+        for _ in range(steps + 1):
+            t = time.perf_counter()
+            logits = model(input_ids=chunk[:, :-1], use_cache=False).logits
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten()).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t)
+        return {"parameters": model.num_parameters(), "seconds_per_step": round(sum(times[1:]) / steps, 3),
+                "threads": threads}
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "eaglehead" / "demo-target"
+
+
+def _problems(directory: Path, recipe: dict) -> list[str]:
+    """What is wrong with an artifact directory, compared with ``recipe``'s file hashes (empty: nothing)."""
+    problems = []
+    for name, digest in recipe.get("files", {}).items():
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif file_sha256(path) != digest:
+            problems.append(f"{name} does not match its sha256 in recipe.json (corrupted)")
+    return problems
+
+
+def load_demo_target(cache_dir: str | os.PathLike | None = None, assets_dir: str | os.PathLike | None = None):
+    """(model, tokenizer, recipe): the shipped target in float32 and eval mode, read from the user's cache.
+
+    The artifact is copied from ``assets_dir`` (default: the package's ``assets/demo_target``) into
+    ``cache_dir/<recipe_key>/`` (default ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``eaglehead/demo-target``).
+    A cached copy whose files do not match the hashes in recipe.json, or whose recipe differs from the
+    shipped one, is reported with a warning and copied again. A shipped artifact that fails its own hashes
+    raises ValueError with the command that rebuilds it.
+    """
+    import torch
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+    assets = Path(assets_dir) if assets_dir is not None else ASSETS_DIR
+    recipe = read_recipe(assets)
+    if not recipe.get("files"):
+        raise ValueError(f"{assets / 'recipe.json'}: expected a 'files' table of sha256 hashes")
+    problems = _problems(assets, recipe)
+    if problems:
+        raise ValueError(f"shipped demo target in {assets} is damaged ({'; '.join(problems)}); rebuild it with: "
+                         f"{recipe.get('command', 'python -m eaglehead.demo_target build')}")
+    if recipe.get("recipe_version") != RECIPE_VERSION:
+        warnings.warn(f"{assets}: built by demo-target recipe version {recipe.get('recipe_version')}, this code is "
+                      f"version {RECIPE_VERSION}; rebuild with `python -m eaglehead.demo_target build --out {assets}`")
+    target = (Path(cache_dir) if cache_dir is not None else _cache_root()) / recipe_key(recipe)
+    if target.exists():
+        cached = json.loads((target / "recipe.json").read_text()) if (target / "recipe.json").is_file() else None
+        problems = ["recipe.json differs from the shipped recipe"] if cached != recipe else _problems(target, recipe)
+        if problems:
+            warnings.warn(f"cached demo target {target}: {'; '.join(problems)}; copying it again from {assets}")
+            shutil.rmtree(target)
+    if not target.exists():
+        staging = target.with_name(f"{target.name}.tmp{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for name in list(recipe["files"]) + ["recipe.json"]:
+            shutil.copyfile(assets / name, staging / name)
+        os.replace(staging, target)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(target)
+    model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    return model, tokenizer, recipe
+
+
+# ------------------------------------------------------------------------------------ command line
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eaglehead.demo_target", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="train the tokenizer and the target, write the artifact")
+    bench = sub.add_parser("bench", help="seconds per training step of a configuration, on random tokens")
+    for p in (b, bench):
+        for f in fields(Settings):
+            p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        p.add_argument("--threads", type=int, default=1, help="torch threads (1: bit-reproducible)")
+    b.add_argument("--out", required=True, help="artifact directory (written every ~10 minutes, then at the end)")
+    b.add_argument("--seconds", type=float, default=None, help="stop after this much wall time (schedule unchanged)")
+    b.add_argument("--stop-at", type=int, default=None, help="stop after this step (schedule unchanged)")
+    b.add_argument("--save-every-seconds", type=float, default=600.0)
+    b.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    bench.add_argument("--bench-steps", type=int, default=3)
+    args = parser.parse_args(argv)
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
+    if args.cmd == "bench":
+        print(json.dumps(bench_step(settings, steps=args.bench_steps, threads=args.threads)))
+        return 0
+    recipe = build(settings, args.out, seconds=args.seconds, stop_at=args.stop_at, threads=args.threads,
+                   save_every_seconds=args.save_every_seconds, progress=not args.no_progress)
+    print(json.dumps(recipe["results"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
