@@ -149,7 +149,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from eaglehead.cli_demo import run_demo
+    from eaglehead.demo import run_demo
 
     return run_demo(args)
 
@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("demo", help="run the built-in end-to-end demo on this machine")
-    d.add_argument("--out", default="runs/demo", help="output directory")
+    d.add_argument("--out", default="runs/demo", help="output directory (reused as a cache on the next run)")
+    d.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: toy sizes, seconds (CI)")
     d.set_defaults(func=cmd_demo)
     return parser
 
