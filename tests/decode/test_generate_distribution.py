@@ -83,7 +83,7 @@ def test_speculative_sampling_matches_target_joint(setup, drafter_kind):
     elif drafter_kind == "eagle3":
         # Random head with an 8-token draft vocabulary: target tokens outside it (q = 0 < p) are
         # reachable only through the residual.
-        cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=8)
+        cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=8, fused_layer_ids=[0, 1, 2])
         torch.manual_seed(21)
         head = Eagle3Head(cfg)
         head.set_vocab(*build_draft_vocab(torch.arange(V), 8))
