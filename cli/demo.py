@@ -53,14 +53,19 @@ def _sizes(size: str) -> dict:
                               warmup=1, eval_every=3, eval_chunks=2, corpus_limit=6),
             head=["optim.max_steps=3", "optim.micro_batch_size=2", "data.max_samples=12", "data.max_length=64",
                   "head.draft_vocab_size=256", "rollout.depth=2", "log_every=1", "save_every=0"],
-            eval=["--max-prompts", "2", "--max-new-tokens", "16", "--batch-sizes", "1,2", "--gamma", "2"],
+            eval=["--max-prompts", "2", "--max-new-tokens", "16", "--gamma", "2"],
+            states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,2"],
+                    "humaneval": ["--temperature", "0", "1", "--batch-sizes", "1"]},
             prompts=6, prompt_chars=80, first_token_rows=200)
     return dict(
         target=None,
         draft_lm=Settings(steps=400, layers=1, warmup=20),
         head=[],
-        eval=["--max-prompts", "24", "--max-new-tokens", "96", "--batch-sizes", "1,4", "--gamma", "auto"],
-        prompts=64, prompt_chars=360, first_token_rows=4000)
+        eval=["--max-prompts", "12", "--max-new-tokens", "96", "--gamma", "auto:2..6"],
+        # Greedy and temperature 1 at batch 1 and 4 on the held-out stdlib; HumanEval greedy, batch 1.
+        states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,4"],
+                "humaneval": ["--temperature", "0", "--batch-sizes", "1"]},
+        prompts=32, prompt_chars=360, first_token_rows=4000)
 
 
 # --------------------------------------------------------------------------------------- stages
@@ -177,8 +182,7 @@ def stage_eval(out: Path, name: str, prompts: Path, target_dir: str, heads: dict
         "--target", target_dir, "--prompts", str(prompts), "--draft", str(heads["eagle3"]),
         "--eagle1", str(heads["eagle1"]), "--draft-lm", str(draft_lm),
         "--methods", "vanilla,hf-generate,eagle3,eagle1,draft-lm,prompt-lookup,hf-assisted",
-        "--temperature", "0", "1", "--out", str(out / f"eval_{name}"), "--overwrite", "--device", "cpu",
-        *sizes["eval"]])
+        "--out", str(out / f"eval_{name}"), "--overwrite", "--device", "cpu", *sizes["eval"], *sizes["states"][name]])
     _say(f"evaluating on {name}: every method side by side (tune split picks gamma, test split reports)")
     return run_eval(args)
 
