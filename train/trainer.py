@@ -7,6 +7,7 @@ checkpoints -> final head and export.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -76,6 +77,26 @@ def _make_accelerator(cfg: TrainConfig):
     return accelerator
 
 
+@contextlib.contextmanager
+def _whole_target_under_zero3(accelerator):
+    """Load the frozen target unpartitioned in every process: ZeRO-3 should shard only the head.
+
+    Under a ZeRO-3 plugin transformers' ``from_pretrained`` partitions weights at load time (the
+    target's ``lm_head`` would arrive as an empty shard); the HF DeepSpeed hook is lifted meanwhile.
+    """
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is None or plugin.zero_stage != 3:
+        yield
+        return
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        plugin.set_deepspeed_weakref()
+
+
 def _data(cfg: TrainConfig, accelerator, target, tok):
     """(dataset, collate, online features or None, token counts or None)."""
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -102,7 +123,8 @@ def train(cfg: TrainConfig) -> dict:
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out_dir / "config.yaml")
-    target, tok = load_target(cfg.model, accelerator.device)
+    with _whole_target_under_zero3(accelerator):
+        target, tok = load_target(cfg.model, accelerator.device)
     dataset, collate, _, counts = _data(cfg, accelerator, target, tok)
     head = build_head(cfg, target, counts)
     head.bind_embedding(target.get_input_embeddings())
@@ -211,8 +233,13 @@ def _log(accelerator, window, step, epoch, scheduler, path: Path, bar, cfg: Trai
 def _finish(accelerator, model, cfg: TrainConfig, out_dir: Path, last: dict) -> dict:
     accelerator.wait_for_everyone()
     head = accelerator.unwrap_model(model).head
+    # Collective: under ZeRO-3 this gathers the sharded parameters; elsewhere it is the plain state dict.
+    state = accelerator.get_state_dict(model)
     summary = {"step": last.get("step"), "metrics": last, "head": str(out_dir / "head")}
     if accelerator.is_main_process:
+        whole = type(head)(head.config)
+        whole.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+        head = whole
         ckpt_io.save_pretrained(head, out_dir / "head", overwrite=True)
         if cfg.export:
             try:

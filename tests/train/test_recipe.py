@@ -162,10 +162,11 @@ def test_offline_features_give_the_online_loss(workspace, baseline):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
 
 
-@pytest.mark.parametrize("launcher", ["cpu_ddp", "zero2"])
+@pytest.mark.parametrize("launcher", ["cpu_ddp", "zero2", "zero3"])
 def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline, launcher):
     """accelerate launch, 2 CPU processes (gloo DDP, or DeepSpeed ZeRO-2 on its CPU backend), micro-batch 1
-    each == 1 process, micro-batch 2: same losses and the same final weights."""
+    each == 1 process, micro-batch 2: same losses and the same final weights (gathered from the shards
+    under ZeRO-3, while the frozen target stays whole)."""
     path = write_config(workspace, launcher, **{"optim.micro_batch_size": 1})
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -207,3 +208,13 @@ def test_count_loss_tokens_used_for_normalisation_sums_over_micro_batches(worksp
         a = count_loss_tokens(one[g][0]["loss_mask"], one[g][0]["attention_mask"], 3)
         b = sum(count_loss_tokens(h[g][0]["loss_mask"], h[g][0]["attention_mask"], 3) for h in halves)
         assert a.tolist() == b.tolist()
+
+
+def test_wandb_logging_offline(workspace, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(workspace))
+    path = write_config(workspace, "wandb", **{"report_to": "wandb", "optim.max_steps": 2, "save_every": 0})
+    train(load_config(TrainConfig, path))
+    runs = list((workspace / "wandb").glob("offline-run-*"))
+    assert runs, "no offline wandb run was written"
+    assert any(p.suffix == ".wandb" for p in runs[0].iterdir())
