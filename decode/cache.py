@@ -75,13 +75,14 @@ class RaggedCacheLM:
         if self.cache is None:
             raise RuntimeError("call reset(batch_size) before forward")
         bsz, t = tokens.shape
-        if new_valid is None:
+        all_new_valid = new_valid is None
+        if all_new_valid:
             new_valid = torch.ones(bsz, t, dtype=torch.bool, device=tokens.device)
         # Position of each new token = valid tokens before it in its row (holes do not count).
         positions = self.lengths[:, None] + new_valid.long().cumsum(-1) - 1
         positions = positions.clamp_min(0)
         valid = torch.cat([self.valid, new_valid], dim=1)
-        holes = self._has_holes or not bool(new_valid.all())
+        holes = self._has_holes or (not all_new_valid and not bool(new_valid.all()))
         kwargs = {
             "input_ids": tokens,
             "position_ids": positions,
@@ -113,8 +114,8 @@ class RaggedCacheLM:
         ``n_keep`` is a host list: the caller has already paid its one host sync for it. The cache
         is cropped physically to the longest kept row; shorter rows get holes.
         """
-        if n_recent == 0:
-            return
+        if n_recent == 0 or min(n_keep) == n_recent:
+            return  # nothing dropped: no crop, no mask update
         p = self.physical_length
         start = p - n_recent
         longest = max(n_keep)

@@ -23,7 +23,7 @@ from torch import nn
 
 from .cache import RaggedCacheLM
 from .drafters import Drafter, output_vocab_size
-from .sampling import SamplingConfig, probs
+from .sampling import SamplingConfig, probs, sample_from
 from .verify import verify_chain
 
 
@@ -198,7 +198,11 @@ def _generate(target, drafter, input_ids, gamma, sampling, max_new_tokens, eos_t
         out = runner.forward(torch.cat([last[:, None], draft], 1), want_features=feature_ids is not None)
         p = probs(out.logits, sampling)  # [B, g+1, V]
         t2 = _now(device)
-        n_acc, y = verify_chain(p, q, draft, generator)
+        if g == 0:  # a plain decoding step: sample p directly (greedy: its argmax), no chain to verify
+            y = p[:, 0].argmax(-1) if sampling.greedy else sample_from(p[:, 0], generator)
+            n_acc = torch.zeros_like(y)
+        else:
+            n_acc, y = verify_chain(p, q, draft, generator)
         bad = (torch.isnan(out.logits) | (out.logits == float("inf"))).any()
         host = torch.cat([n_acc, y, draft.flatten(), bad.long().view(1)]).tolist()  # the round's one sync
         if host[-1]:
