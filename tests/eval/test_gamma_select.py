@@ -2,9 +2,10 @@
 
 import json
 import random
-from dataclasses import dataclass, field
 
 import pytest
+
+from tests.eval.records import GenerationResult, RoundRecord
 
 from eaglehead.eval.gamma_select import gamma_table_from_metrics, select_gamma
 from eaglehead.eval.metrics import compute_metrics
@@ -68,27 +69,6 @@ def test_unsorted_input_and_step_rule_equals_time_per_token_descent():
 def test_bad_measurements_raise(table, message):
     with pytest.raises(ValueError, match=message):
         select_gamma(table)
-
-
-@dataclass
-class RoundRecord:
-    gamma: int
-    accepted: list[int]
-    committed: list[int]
-    active: list[bool]
-    t_draft: float
-    t_verify: float
-    t_rest: float
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[list[int]]
-    rounds: list[RoundRecord]
-    token_times: list[list[float]] = field(default_factory=lambda: [[]])
-    t_start: float = 0.0
-    t_end: float = 1.0
-    prompt_lengths: list[int] = field(default_factory=lambda: [1])
 
 
 def test_table_from_metrics_gives_time_per_token():

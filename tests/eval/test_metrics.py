@@ -2,34 +2,14 @@
 
 import json
 import random
-from dataclasses import dataclass, field
 
 import pytest
+
+from tests.eval.records import GenerationResult, RoundRecord
 
 from eaglehead.eval.metrics import compute_metrics, itl_samples, metrics_by_category, speedup
 
 TOL = 1e-12  # every expected value is a few float64 operations away from the exact rational
-
-
-@dataclass
-class RoundRecord:
-    gamma: int
-    accepted: list[int]
-    committed: list[int]
-    active: list[bool]
-    t_draft: float = 0.0
-    t_verify: float = 0.0
-    t_rest: float = 0.0
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[list[int]]
-    rounds: list[RoundRecord]
-    token_times: list[list[float]]
-    t_start: float = 0.0
-    t_end: float = 1.0
-    prompt_lengths: list[int] = field(default_factory=list)
 
 
 def _result(rounds, lengths=None, t_start=0.0, t_end=1.0):

@@ -2,9 +2,10 @@
 
 import copy
 import json
-from dataclasses import dataclass
 
 import pytest
+
+from tests.eval.records import GenerationResult, RoundRecord
 
 from eaglehead.eval.metrics import compute_metrics, itl_samples
 from eaglehead.eval.report import (
@@ -17,27 +18,6 @@ from eaglehead.eval.report import (
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@dataclass
-class RoundRecord:
-    gamma: int
-    accepted: list[int]
-    committed: list[int]
-    active: list[bool]
-    t_draft: float
-    t_verify: float
-    t_rest: float
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[list[int]]
-    rounds: list[RoundRecord]
-    token_times: list[list[float]]
-    t_start: float
-    t_end: float
-    prompt_lengths: list[int]
 
 
 def _result(gamma, accepted, t_round):
