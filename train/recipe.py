@@ -18,7 +18,6 @@ import json
 import math
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal

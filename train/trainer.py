@@ -98,18 +98,18 @@ def _whole_target_under_zero3(accelerator):
 
 
 def _data(cfg: TrainConfig, accelerator, target, tok):
-    """(dataset, collate, online features or None, token counts or None)."""
+    """(dataset, collate, token counts or None)."""
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     out_dir = Path(cfg.output_dir)
     if cfg.features.dir and (Path(cfg.features.dir) / "index.json").is_file():
         ds = FeatureDataset(cfg.features.dir)
-        return ds, lambda rows: collate_features(rows, pad), None, load_token_counts(out_dir)
+        return ds, lambda rows: collate_features(rows, pad), load_token_counts(out_dir)
     with accelerator.main_process_first():
         ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
     counts = load_token_counts(out_dir)
     if counts is None:
         counts = count_tokens(ds, target.get_output_embeddings().weight.shape[0])
-    return ds, lambda rows: collate_tokens(rows, pad), None, counts
+    return ds, lambda rows: collate_tokens(rows, pad), counts
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -125,7 +125,7 @@ def train(cfg: TrainConfig) -> dict:
         save_config(cfg, out_dir / "config.yaml")
     with _whole_target_under_zero3(accelerator):
         target, tok = load_target(cfg.model, accelerator.device)
-    dataset, collate, _, counts = _data(cfg, accelerator, target, tok)
+    dataset, collate, counts = _data(cfg, accelerator, target, tok)
     head = build_head(cfg, target, counts)
     head.bind_embedding(target.get_input_embeddings())
     if main:

@@ -14,7 +14,7 @@ from eaglehead.draftheads.checkpoint import load_pretrained, save_pretrained
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.train import recipe as recipe_mod
-from eaglehead.train.config import load_config, save_config
+from eaglehead.train.config import load_config
 from eaglehead.train.data import build_dataset, collate_tokens
 from eaglehead.train.features import OnlineFeatures
 from eaglehead.train.prepare import prepare
