@@ -151,13 +151,14 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
     for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention):
         logits = head.logits(h).float()  # [B, R, Vd]
         sel = positions_ok[i]  # [B, R]
-        p = _shift(tgt_p, i + 2)[:, :rows]  # target distribution over x_{t+i+2}
+        # The target's output at position j is its distribution over x_{j+1}: x_{t+i+2} comes from j = t+i+1.
+        p = _shift(tgt_p, i + 1)[:, :rows]
         ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)  # [B, R]
         loss_sums.append((ce * sel).sum())
         counts.append(sel.sum())
         with torch.no_grad():
             pred = head.draft_to_target(logits.argmax(-1))
-            top = _shift(tgt_top, i + 2, fill=-1)[:, :rows]
+            top = _shift(tgt_top, i + 1, fill=-1)[:, :rows]
             correct.append(((pred == top) & sel).sum())
     weights = torch.tensor([decay ** i for i in range(depth)], device=ids.device)
     return RolloutOutput(torch.stack(loss_sums), torch.stack(counts).float(), torch.stack(correct).float(), weights)

@@ -102,19 +102,31 @@ def test_padding_does_not_change_loss(target):
 
 
 def test_loss_is_cross_entropy_to_restricted_renormalised_target(target):
+    """Step i row t is trained toward the distribution the target gives x_{t+i+2} after reading
+    x_0..x_{t+i+1}: the very distribution verification compares the depth-i draft against. The reference
+    runs the target on each prefix separately (no shared indexing with the implementation), in float64."""
     head = make_head(target, draft_vocab=20)
     seq = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(6))
     batch = features(target, head, seq)
     lm_w = target.get_output_embeddings().weight
-    out = rollout(head, batch, lm_w, depth=1)
+    depth = 3
+    out = rollout(head, batch, lm_w, depth=depth)
     with torch.no_grad():
-        logits = head.logits(head(seq, batch["fused"])).double()  # [B, 7, Vd]
-        tl = (batch["final_hidden"] @ lm_w.T).double()[:, 2:, :][..., head.target_ids]  # restricted
-        p = torch.softmax(tl, -1)
-        ref = -(p * torch.log_softmax(logits[:, :6], -1)).sum()
-    torch.testing.assert_close(out.loss_sums[0].double(), ref, atol=1e-4, rtol=1e-5)
-    assert out.counts.tolist() == [12.0]
-    assert 0 <= out.accuracy()[0] <= 1
+        hidden = [h for _, h in rollout_steps(head, seq, batch["fused"], batch["attention_mask"], depth)]
+        for i in range(depth):
+            ref, count, correct = 0.0, 0, 0
+            for t in range(seq.shape[1] - i - 2):  # label x_{t+i+2} must exist
+                prefix_logits = target(input_ids=seq[:, : t + i + 2]).logits[:, -1].double()  # [B, V]
+                p = torch.softmax(prefix_logits[:, head.target_ids], -1)  # restricted, renormalised
+                logq = torch.log_softmax(head.logits(hidden[i][:, t]).double(), -1)
+                ref += -(p * logq).sum()
+                count += seq.shape[0]
+                pred = head.draft_to_target(logq.argmax(-1))
+                correct += int((pred == prefix_logits.argmax(-1)).sum())
+            torch.testing.assert_close(out.loss_sums[i].double(), ref, atol=1e-4, rtol=1e-5)
+            assert out.counts[i].item() == count
+            assert out.correct[i].item() == correct
+    assert out.counts.tolist() == [12.0, 10.0, 8.0]
 
 
 def test_gradients_and_checkpointing_agree(target):
