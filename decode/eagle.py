@@ -46,6 +46,7 @@ class Eagle3Drafter:
         self.feature_layer_ids = list(head.config.fused_layer_ids)
         self.sampling = sampling  # None: the target's sampling config
         self.cache: DraftKVCache | None = None
+        self._target_ids = head.target_ids  # [Vd]: target id of each draft id (buffers are fixed while drafting)
 
     # Pending rows: features [B, P, kH] (target features, projected lazily), tokens [B, P], valid [B, P].
     def begin(self, input_ids, valid, target_features) -> None:
@@ -55,8 +56,10 @@ class Eagle3Drafter:
         if t < 2:
             self._pending = None
             return
-        # Row r pairs f_r with x_{r+1}; a row is real when both tokens r and r+1 are.
-        self._pending = (target_features, input_ids[:, 1:], valid[:, :-1] & valid[:, 1:])
+        # Row r pairs f_r with x_{r+1}; a row is real when both tokens r and r+1 are. ``None`` = all real
+        # (no padding: one host check per request keeps the draft cache on its dense fast path).
+        ok = valid[:, :-1] & valid[:, 1:]
+        self._pending = (target_features, input_ids[:, 1:], None if bool(ok.all()) else ok)
 
     @torch.no_grad()
     def propose(self, gamma, sampling, generator=None):
@@ -71,19 +74,29 @@ class Eagle3Drafter:
             raise RuntimeError("EAGLE drafting needs at least two prompt tokens (one target feature)")
         feats, toks, ok = self._pending
         # Positions of pending rows continue each row's count of real rows.
-        pos = self.next_pos[:, None] + ok.long().cumsum(-1) - 1
-        h = head.layer_forward(head.embed(toks), head.project(feats), pos.clamp_min(0), cache=self.cache,
+        if ok is None:
+            pos = self.next_pos[:, None] + torch.arange(toks.shape[1], device=dev)
+            self.next_pos = self.next_pos + toks.shape[1]
+        else:
+            pos = (self.next_pos[:, None] + ok.long().cumsum(-1) - 1).clamp_min(0)
+            self.next_pos = self.next_pos + ok.long().sum(-1)
+        h = head.layer_forward(head.embed(toks), head.project(feats), pos, cache=self.cache,
                                attention_mask=ok)  # [B, P, H]; the last column is real in every row
-        self.next_pos = self.next_pos + ok.long().sum(-1)
         self._pending = None
         self._rollback_to = self.cache.lengths.clone()
         h = h[:, -1:]
         drafts, qs = [], []
         for i in range(gamma):
-            q_draft = probs(head.logits(h[:, -1]), sampling)  # [B, Vd]
-            d = head.draft_to_target(sample_from(q_draft, generator))  # [B] target ids
+            logits = head.logits(h[:, -1])  # [B, Vd]
+            if sampling.greedy:  # q is the point mass at the argmax (lowest id on ties, as probs() does)
+                d = self._target_ids[logits.argmax(-1)]  # [B] target ids
+                q = torch.zeros(bsz, self.vocab_size, device=dev).scatter_(1, d[:, None], 1.0)
+            else:
+                q_draft = probs(logits, sampling)  # [B, Vd]
+                d = self._target_ids[sample_from(q_draft, generator)]
+                q = q_draft.new_zeros(bsz, self.vocab_size).index_copy_(1, self._target_ids, q_draft)
             drafts.append(d)
-            qs.append(head.to_target_probs(q_draft))  # zero outside the draft vocabulary
+            qs.append(q)  # zero outside the draft vocabulary
             if i < gamma - 1:  # self-fed step: own pre-norm hidden with the token just drafted
                 step_pos = (self.next_pos + i)[:, None]
                 h = head.layer_forward(head.embed(d[:, None]), h, step_pos, cache=self.cache)
@@ -94,19 +107,31 @@ class Eagle3Drafter:
         if gamma > 0:
             self.cache.crop_to(self._rollback_to)  # drop self-fed rows; accepted ones are re-fed below
         dev = draft.device
-        acc = torch.tensor(n_accepted, device=dev)
-        # New rows: features of [last, d_1..d_A] with tokens [d_1..d_A, y]; right-aligned so that the
-        # last column is real in every row (rows with smaller A get holes on the left).
-        j = torch.arange(gamma + 1, device=dev)[None, :]
-        shift = gamma - acc[:, None]  # [B, 1]
-        src = (j - shift).clamp_min(0)  # [B, gamma+1]
-        toks = torch.cat([draft, next_token[:, None]], 1)
-        toks = torch.where(src == acc[:, None], next_token[:, None], toks.gather(1, src))
-        feats = target_features.gather(1, src[..., None].expand(-1, -1, target_features.shape[-1]))
-        ok = j >= shift
+        longest, shortest = max(n_accepted), min(n_accepted)
+        if longest == shortest:  # every row accepted A (always so at batch 1): no holes, no gathers
+            a = longest
+            toks = torch.cat([draft[:, :a], next_token[:, None]], 1)
+            feats, ok = target_features[:, : a + 1], None
+        else:
+            # New rows: features of [last, d_1..d_A] with tokens [d_1..d_A, y]; right-aligned so that the
+            # last column is real in every row (rows with smaller A get holes on the left). Only the
+            # ``max A + 1`` columns some row needs are kept.
+            acc = torch.tensor(n_accepted, device=dev)
+            width = longest + 1
+            j = torch.arange(width, device=dev)[None, :]
+            shift = longest - acc[:, None]  # [B, 1]
+            src = (j - shift).clamp_min(0)  # [B, width]
+            toks = torch.cat([draft[:, :longest], next_token[:, None]], 1)
+            toks = torch.where(src == acc[:, None], next_token[:, None], toks.gather(1, src))
+            feats = target_features.gather(1, src[..., None].expand(-1, -1, target_features.shape[-1]))
+            ok = j >= shift
         if self._pending is not None:  # a gamma-0 round fed nothing: keep the older rows in front
             old_f, old_t, old_ok = self._pending
-            feats, toks, ok = torch.cat([old_f, feats], 1), torch.cat([old_t, toks], 1), torch.cat([old_ok, ok], 1)
+            if old_ok is not None or ok is not None:
+                old_ok = torch.ones_like(old_t, dtype=torch.bool) if old_ok is None else old_ok
+                ok = torch.ones_like(toks, dtype=torch.bool) if ok is None else ok
+                ok = torch.cat([old_ok, ok], 1)
+            feats, toks = torch.cat([old_f, feats], 1), torch.cat([old_t, toks], 1)
         self._pending = (feats, toks, ok)
 
 

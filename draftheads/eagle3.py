@@ -99,7 +99,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     """Attention output ``[B, Tq, heads * d]`` (before ``o_proj``).
 
     ``q [B, heads, Tq, d]``; ``k, v [B, kv_heads, Tk, d]`` (grouped-query: query head ``j`` reads kv head
-    ``j // (heads // kv_heads)``); ``mask`` bool, broadcastable to ``[B, 1, Tq, Tk]``, true = attend.
+    ``j // (heads // kv_heads)``); ``mask`` bool, broadcastable to ``[B, 1, Tq, Tk]``, true = attend
+    (``None``: every key, only without ``diag_k``).
     ``diag_k, diag_v [B, kv_heads, S, Tq, d]`` are S extra keys per query position: query ``t`` also attends
     ``diag_k[:, :, s, t]`` for every ``s`` (the rollout's own keys from steps ``1..i``), sharing one softmax
     with the block keys. Scores cost ``Tq * (Tk + S)``, linear in depth.
@@ -108,8 +109,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     kv_heads = k.shape[1]
     groups = heads // kv_heads
     if diag_k is None:
-        k = k[:, :, None].expand(b, kv_heads, groups, *k.shape[2:]).reshape(b, heads, *k.shape[2:])
-        v = v[:, :, None].expand(b, kv_heads, groups, *v.shape[2:]).reshape(b, heads, *v.shape[2:])
+        if groups > 1:
+            k = k[:, :, None].expand(b, kv_heads, groups, *k.shape[2:]).reshape(b, heads, *k.shape[2:])
+            v = v[:, :, None].expand(b, kv_heads, groups, *v.shape[2:]).reshape(b, heads, *v.shape[2:])
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, tq, heads * d)
     scale = 1.0 / math.sqrt(d)
@@ -141,6 +143,9 @@ class DraftKVCache:
         self.valid = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
         self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
         self._span = 0  # == int(lengths.max()), tracked on the host to avoid a sync per step
+        # Host-side flag: every row has length _span and no invalid slot. Appends then write one slice
+        # and a single new row needs no mask at all (the common batch-1 drafting step).
+        self._dense = True
 
     @classmethod
     def for_head(cls, head: Eagle3Head, batch_size: int, capacity: int = 256) -> DraftKVCache:
@@ -157,6 +162,9 @@ class DraftKVCache:
 
         Returns ``(keys, values, mask)``: the cache up to the longest row and the ``[B, 1, T, span]`` mask
         under which new query ``t`` of row ``b`` sees valid slots ``<= lengths[b] + t`` (always its own).
+        ``valid [B, T]`` marks which new rows later queries may attend (``None``: all). While every row
+        is dense (same length, no invalid slot) and ``valid`` is ``None``, the mask is ``[1, 1, T, span]``
+        causal, or ``None`` for a single new row (every key visible).
         """
         b, _, t, _ = k.shape
         if b != self.k.shape[0]:
@@ -164,6 +172,19 @@ class DraftKVCache:
         span = self._span + t
         if span > self.capacity:
             self._grow(max(span, 2 * self.capacity))
+        if self._dense and valid is None:  # every row is [0, _span) valid: slice writes, a shared mask
+            start = self._span
+            self.k[:, :, start:span] = k
+            self.v[:, :, start:span] = v
+            self.valid[:, start:span] = True
+            self.lengths = self.lengths + t
+            self._span = span
+            mask = None
+            if t > 1:
+                j = torch.arange(span, device=k.device)
+                mask = (j <= start + torch.arange(t, device=k.device)[:, None])[None, None]
+            return self.k[:, :, :span], self.v[:, :, :span], mask
+        self._dense = False
         slots = self.lengths[:, None] + torch.arange(t, device=k.device)  # [B, T]
         index = slots[:, None, :, None].expand(k.shape)
         self.k.scatter_(2, index, k.to(self.k.dtype))
@@ -182,18 +203,22 @@ class DraftKVCache:
         if lengths.shape != self.lengths.shape or lengths.dtype.is_floating_point:
             raise ValueError(f"crop_to: lengths must be integer [{self.lengths.shape[0]}], "
                              f"got {lengths.dtype} {list(lengths.shape)}")
-        bad, longest = torch.stack([((lengths < 0) | (lengths > self.lengths)).any().long(), lengths.max()]).tolist()
+        bad, longest, shortest = torch.stack(
+            [((lengths < 0) | (lengths > self.lengths)).any().long(), lengths.max(), lengths.min()]).tolist()
         if bad:
             raise ValueError(f"crop_to: lengths {lengths.tolist()} must lie in 0..current {self.lengths.tolist()}")
         self.lengths = lengths.to(torch.int64).clone()
         self.valid &= torch.arange(self.capacity, device=self.valid.device) < self.lengths[:, None]
         self._span = longest
+        self._dense = self._dense and longest == shortest
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only batch rows ``rows`` (e.g. drop finished sequences)."""
         self.k, self.v = self.k[rows], self.v[rows]
         self.valid, self.lengths = self.valid[rows], self.lengths[rows]
         self._span = int(self.lengths.max()) if self.lengths.numel() else 0
+        # A dense cache stays dense; otherwise the kept rows may have become so (checked once here).
+        self._dense = self._dense or bool(self.lengths.numel() and (self.valid[:, :self._span].all()))
 
     def _grow(self, capacity: int) -> None:
         extra = capacity - self.capacity
@@ -211,6 +236,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one kernel, same formula
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -283,6 +310,7 @@ class Eagle3Head(nn.Module):
         t2d[: config.draft_vocab_size] = True
         self.register_buffer("t2d", t2d)
         self.__dict__["_embedding"] = None  # plain attribute: never a submodule, never in state_dict
+        self._rope_tables: dict = {}  # (device, dtype) -> (inv_freq, cos [P, d], sin [P, d]); derived, not state
 
     @classmethod
     def config_from_target(cls, hf_config, **overrides) -> Eagle3Config:
@@ -317,14 +345,28 @@ class Eagle3Head(nn.Module):
                              f"got {fused_features.shape[-1]}")
         return self.fc(fused_features.to(self.dtype))
 
-    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.config
-        inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device=positions.device)
-        return rope_cos_sin(positions, inv, self.dtype)
+    def rope(self, positions: torch.Tensor, position_bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [B, T, head_dim]`` at ``positions``. With ``position_bound`` (every position is below
+        it) they are looked up in a cached table instead of recomputed: the drafting step's fast path."""
+        key = (positions.device, self.dtype)
+        entry = self._rope_tables.get(key)
+        if entry is None:
+            cfg = self.config
+            entry = (rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device=positions.device), None, None)
+            self._rope_tables[key] = entry
+        inv, cos, sin = entry
+        if position_bound is None:
+            return rope_cos_sin(positions, inv, self.dtype)
+        if cos is None or cos.shape[0] < position_bound:
+            size = max(256, 1 << (position_bound - 1).bit_length())
+            cos, sin = rope_cos_sin(torch.arange(size, device=positions.device)[None], inv, self.dtype)
+            cos, sin = cos[0], sin[0]
+            self._rope_tables[key] = (inv, cos, sin)
+        return cos[positions], sin[positions]
 
-    def qkv(self, emb: torch.Tensor, h: torch.Tensor, positions: torch.Tensor):
+    def qkv(self, emb: torch.Tensor, h: torch.Tensor, positions: torch.Tensor, position_bound: int | None = None):
         """``(q [B, heads, T, d], k, v [B, kv_heads, T, d], residual [B, T, H])``, RoPE applied at ``positions``."""
-        cos, sin = self.rope(positions)
+        cos, sin = self.rope(positions, position_bound)
         return self.midlayer.qkv(emb, h, cos, sin)
 
     def finish(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -337,12 +379,16 @@ class Eagle3Head(nn.Module):
 
         Without ``cache``: causal over the T rows, ``attention_mask [B, T]`` marks valid keys. With ``cache``:
         the rows are appended after each row's cached length and attend to the cache; ``attention_mask``
-        then marks which new rows are valid keys for later steps.
+        then marks which new rows are valid keys for later steps, and every position must be below the
+        row's slot count after the append (true when positions count the row's real entries).
         """
-        q, k, v, residual = self.qkv(emb, h, positions)
         if cache is None:
+            q, k, v, residual = self.qkv(emb, h, positions)
             mask = causal_mask(attention_mask, h.shape[1], h.device)
             return self.finish(attend(q, k, v, mask), residual)
+        # A row's position never exceeds its slot in the cache (positions count real rows, slots all rows),
+        # so the cached RoPE table covers every position below the cache's new span.
+        q, k, v, residual = self.qkv(emb, h, positions, position_bound=cache._span + h.shape[1])
         keys, values, mask = cache.append(k, v, attention_mask)
         return self.finish(attend(q, keys, values, mask), residual)
 

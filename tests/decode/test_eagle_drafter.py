@@ -124,3 +124,22 @@ def test_load_drafter_from_checkpoint_and_refuse_other_target(target, tmp_path):
     other = tiny_llama(seed=0, layers=4, hidden=48)
     with pytest.raises(ValueError, match="target_hidden_size"):
         load_eagle_drafter(str(tmp_path / "head"), other)
+
+
+@pytest.mark.parametrize("bsz", [1, 3])
+def test_greedy_fast_path_equals_general_sampling_path(target, bsz):
+    """Greedy drafting skips the sampling transform; temperature 1 with top_k=1 (the same point mass,
+    through probs() and the exponential race) must give identical drafts and q at every depth."""
+    head = make_head(target, draft_vocab=16)
+    x, mask = _batch(bsz)
+    runner = RaggedCacheLM(target, list(head.config.fused_layer_ids))
+    runner.reset(bsz)
+    feats = runner.forward(x[:, :-1], mask[:, :-1].bool(), want_features=True).features
+    outs = []
+    for sampling in (GREEDY, SamplingConfig(temperature=1.0, top_k=1)):
+        d = Eagle3Drafter(head, target)
+        d.begin(x, mask.bool(), feats)
+        outs.append(d.propose(5, sampling, torch.Generator().manual_seed(0)))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert torch.equal(outs[0][1], outs[1][1])
+    assert torch.equal(outs[0][1].argmax(-1), outs[0][0])
