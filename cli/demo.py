@@ -52,20 +52,20 @@ def _sizes(size: str) -> dict:
             draft_lm=Settings(steps=3, vocab=512, layers=1, width=32, heads=2, intermediate=64, seq_len=160, batch=2,
                               warmup=1, eval_every=3, eval_chunks=2, corpus_limit=6),
             head=["optim.max_steps=3", "optim.micro_batch_size=2", "data.max_samples=12", "data.max_length=64",
-                  "head.draft_vocab_size=256", "rollout.depth=2", "log_every=1", "save_every=0"],
+                  "head.draft_vocab_size=256", "rollout.depth=2", "head.fused_layer_ids=[1,2,3]", "log_every=1", "save_every=0"],
             eval=["--max-prompts", "2", "--max-new-tokens", "16", "--gamma", "2"],
             states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,2"],
                     "humaneval": ["--temperature", "0", "1", "--batch-sizes", "1"]},
             prompts=6, prompt_chars=80, first_token_rows=200)
     return dict(
         target=None,
-        draft_lm=Settings(steps=400, layers=1, warmup=20),
+        draft_lm=Settings(steps=200, layers=1, warmup=20),
         head=[],
-        eval=["--max-prompts", "12", "--max-new-tokens", "96", "--gamma", "auto:2..6"],
+        eval=["--max-prompts", "8", "--max-new-tokens", "64", "--gamma", "auto:2..4"],
         # Greedy and temperature 1 at batch 1 and 4 on the held-out stdlib; HumanEval greedy, batch 1.
         states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,4"],
                 "humaneval": ["--temperature", "0", "--batch-sizes", "1"]},
-        prompts=32, prompt_chars=360, first_token_rows=4000)
+        prompts=32, prompt_chars=360, first_token_rows=2000)
 
 
 # --------------------------------------------------------------------------------------- stages
@@ -89,31 +89,88 @@ def stage_target(out: Path, sizes: dict) -> tuple[str, str]:
     return str(path), recipe_key(read_recipe(path))
 
 
-def stage_head(out: Path, kind: str, target_dir: str, target_key: str, sizes: dict) -> Path:
-    from eaglehead.draftheads.checkpoint import load_pretrained
-    from eaglehead.train.config import dump_config, load_config
+def _head_config(out: Path, kind: str, target_dir: str, sizes: dict):
+    from eaglehead.train.config import load_config
     from eaglehead.train.recipe import TrainConfig
-    from eaglehead.train.trainer import train
 
-    run = out / kind
-    overrides = [f"output_dir={run}", f"head.type={kind}", f"model.target={target_dir}", *sizes["head"]]
-    cfg = load_config(TrainConfig, CONFIGS / "demo.yaml", overrides)
-    want = _key({"config": dump_config(cfg), "target": target_key})
-    stamp = run / "demo_key"
-    if stamp.is_file() and stamp.read_text() == want:
-        try:
-            load_pretrained(run / "head")
-            _say(f"{kind} head: cached in {run / 'head'} (inputs unchanged)")
-            return run / "head"
-        except Exception as exc:  # any failure to read it back (safetensors raises its own error type)
-            _say(f"{kind} head: cached copy is damaged ({type(exc).__name__}: {exc}); retraining")
-    elif run.exists():
-        _say(f"{kind} head: recipe or target changed since {run} was trained; retraining")
-    shutil.rmtree(run, ignore_errors=True)
-    _say(f"{kind} head: training with configs/demo.yaml (head.type={kind}) for {cfg.optim.max_steps} steps")
-    train(cfg)
-    stamp.write_text(want)
-    return run / "head"
+    overrides = [f"output_dir={out / kind}", f"head.type={kind}", f"model.target={target_dir}", *sizes["head"]]
+    if kind == "eagle1":  # the ablation reads the target's last hidden state only (its default layer)
+        overrides.append("head.fused_layer_ids=null")
+    return overrides, load_config(TrainConfig, CONFIGS / "demo.yaml", overrides)
+
+
+def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dict[str, Path]:
+    """Train the EAGLE-3 head and the EAGLE-1 ablation with the same recipe and budget, side by side.
+
+    Each runs ``python -m eaglehead.train --config configs/demo.yaml ...`` in its own process with half of
+    the CPU threads (two single-threaded trainings beat one after the other at two threads each on a
+    2-core machine); the logs go to ``DIR/<kind>/train.log`` and one progress bar follows both.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from tqdm.auto import tqdm
+
+    from eaglehead.draftheads.checkpoint import load_pretrained
+    from eaglehead.train.config import dump_config
+
+    todo, keys = {}, {}
+    for kind in ("eagle3", "eagle1"):
+        run = out / kind
+        overrides, cfg = _head_config(out, kind, target_dir, sizes)
+        keys[kind] = _key({"config": dump_config(cfg), "target": target_key})
+        stamp = run / "demo_key"
+        if stamp.is_file() and stamp.read_text() == keys[kind]:
+            try:
+                load_pretrained(run / "head")
+                _say(f"{kind} head: cached in {run / 'head'} (inputs unchanged)")
+                continue
+            except Exception as exc:  # any failure to read it back (safetensors raises its own error type)
+                _say(f"{kind} head: cached copy is damaged ({type(exc).__name__}: {exc}); retraining")
+        elif run.exists():
+            _say(f"{kind} head: recipe or target changed since {run} was trained; retraining")
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(parents=True)
+        todo[kind] = (overrides, cfg)
+    if todo:
+        threads = max(1, (os.cpu_count() or 2) // len(todo))
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        steps = {kind: cfg.optim.max_steps for kind, (_, cfg) in todo.items()}
+        _say(f"heads: training {', '.join(todo)} with configs/demo.yaml for {max(steps.values())} steps each, "
+             f"in parallel ({threads} thread(s) each); logs in {out}/<head>/train.log")
+        procs = {}
+        for kind, (overrides, _) in todo.items():
+            log = (out / kind / "train.log").open("w")
+            procs[kind] = (subprocess.Popen([sys.executable, "-m", "eaglehead.train", "--config",
+                                             str(CONFIGS / "demo.yaml"), *overrides],
+                                            stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        with tqdm(total=sum(steps.values()), desc="train heads", unit="step") as bar:
+            while True:
+                done = sum(_last_step(out / kind) for kind in todo)
+                bar.update(done - bar.n)
+                if all(p.poll() is not None for p, _ in procs.values()):
+                    break
+                time.sleep(2)
+        for kind, (p, log) in procs.items():
+            log.close()
+            if p.returncode != 0:
+                tail = (out / kind / "train.log").read_text()[-3000:]
+                raise RuntimeError(f"training the {kind} head failed (exit {p.returncode}); the end of "
+                                   f"{out / kind / 'train.log'}:\n{tail}")
+            (out / kind / "demo_key").write_text(keys[kind])
+            summary = json.loads((out / kind / "summary.json").read_text())["metrics"]
+            accs = " ".join(f"{summary[k]:.2f}" for k in sorted(summary) if k.startswith("acc_"))
+            _say(f"{kind} head: trained; last logged per-step accuracy vs the target's top token: {accs}")
+    return {kind: out / kind / "head" for kind in ("eagle3", "eagle1")}
+
+
+def _last_step(run: Path) -> int:
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        return int(json.loads(lines[-1])["step"]) if lines else 0
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
 
 
 def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
@@ -281,7 +338,7 @@ def run_demo(args) -> int:
 
     target_dir, target_key = stage_target(out, sizes)
     lap("target")
-    heads = {kind: stage_head(out, kind, target_dir, target_key, sizes) for kind in ("eagle3", "eagle1")}
+    heads = stage_heads(out, target_dir, target_key, sizes)
     lap("heads")
     draft_lm = stage_draft_lm(out, target_dir, sizes)
     lap("draft_lm")

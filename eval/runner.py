@@ -364,8 +364,9 @@ def _peak_read(device) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB, macOS bytes
 
 
-def run_state(ctx, items, keys: list[tuple[str, int]], temperature: float, batch_size: int) -> dict:
+def run_state(ctx, items, keys: list[tuple[str, int]], temperature: float, batch_size: int, bar=None) -> dict:
     """Run every ``(method, gamma)`` of ``keys`` over ``items`` [(Prompt, ids)], interleaved per batch.
+    ``bar`` (a tqdm bar) advances by one per generation call, warm-ups included.
 
     Returns ``{key: {"pairs": [(category, result)], "tokens": {prompt id: tokens}, "eos": {prompt id:
     bool}, "peak": bytes}}``."""
@@ -374,6 +375,8 @@ def run_state(ctx, items, keys: list[tuple[str, int]], temperature: float, batch
     padded = [left_pad([ids for _, ids in batch], ctx["pad_id"], ctx["device"]) for batch in batches]
     for method, gamma in keys:  # warm-up, untimed: first calls pay one-off allocation and kernel selection
         run_call(ctx, method, gamma, *padded[0], sampling, min(WARMUP_TOKENS, ctx["max_new"]), ctx["seed"])
+        if bar is not None:
+            bar.update(1)
     out = {k: {"pairs": [], "tokens": {}, "eos": {}, "peak": 0} for k in keys}
     for i, (batch, (ids, mask)) in enumerate(zip(batches, padded)):
         r = i % len(keys)
@@ -386,7 +389,24 @@ def run_state(ctx, items, keys: list[tuple[str, int]], temperature: float, batch
             for (prompt, _), toks, eos in zip(batch, res.tokens, res.finished_by_eos):
                 rec["tokens"][prompt.id] = toks
                 rec["eos"][prompt.id] = eos
+            if bar is not None:
+                bar.set_postfix_str(f"T={temperature:g} B={batch_size} {key[0]} gamma={key[1]}", refresh=False)
+                bar.update(1)
     return out
+
+
+def _count_calls(plan, tune, test) -> int:
+    """Generation calls ``run_eval`` will make (warm-ups included), for the progress bar's ETA."""
+    total = 0
+    for bsz in plan["batch_sizes"]:
+        methods = [m for m in plan["methods"] if m != "hf-assisted" or bsz == 1]
+        spec = [m for m in methods if m in GAMMA_METHODS]
+        tune_keys = len(spec) * len(plan["gammas"]) if plan["mode"] == "auto" and spec else 0
+        test_keys = len(methods) - len(spec) + len(spec) * (1 if plan["mode"] == "auto" else len(plan["gammas"]))
+        if tune_keys:
+            total += tune_keys * (1 + len(make_batches(tune, bsz)))
+        total += test_keys * (1 + len(make_batches(test, bsz)))
+    return total * len(plan["temperatures"])
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -447,6 +467,9 @@ def run_eval(args: argparse.Namespace, drafter_factories: dict[str, DrafterFacto
     if "hf-assisted" in plan["methods"] and any(b > 1 for b in plan["batch_sizes"]):
         notes.append("hf-assisted runs at batch_size 1 only: transformers' assisted generation supports batch "
                      f"size 1; skipped at batch sizes {[b for b in plan['batch_sizes'] if b > 1]}")
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=_count_calls(plan, tune, test), desc=f"eval {plan['prompt_set']}", unit="call")
     for temp in plan["temperatures"]:
         for bsz in plan["batch_sizes"]:
             methods = [m for m in plan["methods"] if m != "hf-assisted" or bsz == 1]
@@ -454,7 +477,7 @@ def run_eval(args: argparse.Namespace, drafter_factories: dict[str, DrafterFacto
             spec = [m for m in methods if m in GAMMA_METHODS]
             chosen = {m: plan["gammas"] for m in spec}
             if plan["mode"] == "auto" and spec:
-                tuned = run_state(ctx, tune, [(m, g) for m in spec for g in plan["gammas"]], temp, bsz)
+                tuned = run_state(ctx, tune, [(m, g) for m in spec for g in plan["gammas"]], temp, bsz, bar)
                 for m in spec:
                     per_g = {g: compute_metrics([r for _, r in tuned[(m, g)]["pairs"]]) for g in plan["gammas"]}
                     sel = select_gamma(gamma_table_from_metrics(per_g))
@@ -463,7 +486,7 @@ def run_eval(args: argparse.Namespace, drafter_factories: dict[str, DrafterFacto
                     sweeps += [{"method": m, "gamma": g, "tau": per_g[g].tau, "time_per_token_s": per_g[g].time_per_token_s,
                                 **state, "split": "tune"} for g in plan["gammas"]]
             keys = [(m, 0) for m in methods if m not in spec] + [(m, g) for m in spec for g in chosen[m]]
-            result = run_state(ctx, test, keys, temp, bsz)
+            result = run_state(ctx, test, keys, temp, bsz, bar)
             base = result[("vanilla", 0)]
             for key in keys:
                 extra = {"split": "test", "gamma_mode": plan["mode"]}
@@ -477,6 +500,7 @@ def run_eval(args: argparse.Namespace, drafter_factories: dict[str, DrafterFacto
                 if plan["mode"] == "sweep" and key[0] in spec:
                     sweeps.append({"method": key[0], "gamma": key[1], "tau": recs[0]["tau"],
                                    "time_per_token_s": recs[0]["time_per_token_s"], **state, "split": "test"})
+    bar.close()
     fill_speedups(runs)
     greedy_runs = [r for r in runs if r["identical_to_vanilla"] is not None and r["category"] == "all"]
     report = {

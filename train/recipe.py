@@ -56,6 +56,9 @@ class RolloutConfig:
     depth: int = 7  # simulated self-fed steps (training-time test)
     decay: float = 0.8  # step i is weighted decay ** i
     checkpoint_attention: bool = True  # recompute attention in backward: memory linear in depth
+    # soft: cross-entropy to the target's distribution over the draft vocabulary (EAGLE-3; serves sampling)
+    # argmax: cross-entropy to the target's top token within it (what greedy acceptance counts)
+    labels: Literal["soft", "argmax"] = "soft"
 
     def __post_init__(self):
         if self.depth < 1:
@@ -109,15 +112,16 @@ class RolloutModule(nn.Module):
     wrapped, broadcast or saved.
     """
 
-    def __init__(self, head: Eagle3Head, lm_head_weight: torch.Tensor, depth: int, decay: float, ckpt: bool):
+    def __init__(self, head: Eagle3Head, lm_head_weight: torch.Tensor, depth: int, decay: float, ckpt: bool,
+                 labels: str = "soft"):
         super().__init__()
         self.head = head
         self.__dict__["lm_head_weight"] = lm_head_weight
-        self.depth, self.decay, self.ckpt = depth, decay, ckpt
+        self.depth, self.decay, self.ckpt, self.labels = depth, decay, ckpt, labels
 
     def forward(self, batch: dict[str, torch.Tensor]) -> RolloutOutput:
         return rollout(self.head, batch, self.lm_head_weight, depth=self.depth, decay=self.decay,
-                       checkpoint_attention=self.ckpt)
+                       checkpoint_attention=self.ckpt, labels=self.labels)
 
 
 def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> Eagle3Head:

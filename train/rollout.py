@@ -127,8 +127,11 @@ def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor
 
 
 def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: torch.Tensor, *, depth: int = 7,
-            decay: float = 0.8, checkpoint_attention: bool = True) -> RolloutOutput:
+            decay: float = 0.8, checkpoint_attention: bool = True, labels: str = "soft") -> RolloutOutput:
     """Run the ``depth``-step rollout on one batch and return per-step loss sums and accuracies.
+
+    ``labels="soft"``: cross-entropy to the target's distribution restricted to the draft vocabulary and
+    renormalised. ``labels="argmax"``: cross-entropy to the top token of that restricted distribution.
 
     ``batch``: ``input_ids, attention_mask, loss_mask [B, T]``, ``fused [B, T, k*H_t]``,
     ``final_hidden [B, T, H_t]`` (target features at every position; right or left padding).
@@ -138,6 +141,8 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
         raise ValueError(f"depth must be >= 1, got {depth}")
     if not 0 < decay <= 1:
         raise ValueError(f"decay must be in (0, 1], got {decay}")
+    if labels not in ("soft", "argmax"):
+        raise ValueError(f"labels must be 'soft' or 'argmax', got {labels!r}")
     ids, amask = batch["input_ids"], batch["attention_mask"]
     rows = ids.shape[1] - 1
     if rows < 2:
@@ -145,7 +150,10 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
     positions_ok = loss_positions(batch["loss_mask"], amask, depth)  # [depth, B, R]
     with torch.no_grad():
         tgt_logits = target_logits_in_draft_vocab(batch["final_hidden"], lm_head_weight, head)  # [B, T, Vd]
-        tgt_p = torch.softmax(tgt_logits, dim=-1)  # restricted to the draft vocab and renormalised
+        if labels == "soft":
+            tgt_p = torch.softmax(tgt_logits, dim=-1)  # restricted to the draft vocab and renormalised
+        else:
+            tgt_p = torch.zeros_like(tgt_logits).scatter_(-1, tgt_logits.argmax(-1, keepdim=True), 1.0)
         tgt_top = target_argmax(batch["final_hidden"], lm_head_weight)  # [B, T] target ids
     loss_sums, counts, correct = [], [], []
     for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention):

@@ -140,7 +140,7 @@ def train(cfg: TrainConfig) -> dict:
         online = OnlineFeatures(target, layer_ids)
 
     model = RolloutModule(head, target.get_output_embeddings().weight, cfg.rollout.depth, cfg.rollout.decay,
-                          cfg.rollout.checkpoint_attention)
+                          cfg.rollout.checkpoint_attention, cfg.rollout.labels)
     opt = cfg.optim
     optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(

@@ -160,10 +160,14 @@ def test_identity_check_detects_a_different_output(workspace, tmp_path, monkeypa
     assert report["identity"]["all_identical"] is False
 
 
-def test_gamma_auto_tunes_on_tune_split_and_reports_test(workspace, tmp_path):
+def test_gamma_auto_tunes_on_tune_split_and_reports_test(workspace, tmp_path, monkeypatch):
     # hf-assisted without --draft-lm uses transformers' prompt lookup (the full run covers its draft LM).
+    calls, totals, real_call, real_count = [], [], runner.run_call, runner._count_calls
+    monkeypatch.setattr(runner, "run_call", lambda *a, **k: calls.append(a[1]) or real_call(*a, **k))
+    monkeypatch.setattr(runner, "_count_calls", lambda *a: totals.append(real_count(*a)) or totals[-1])
     report = run_eval(_args(workspace, tmp_path / "auto", "--methods", "vanilla,prompt-lookup,hf-assisted",
-                            "--gamma", "auto", "--max-new-tokens", "6"))
+                            "--gamma", "auto", "--max-new-tokens", "6", "--batch-sizes", "1,2"))
+    assert totals == [len(calls)] and len(calls) > 0  # the progress bar's total is the calls really made
     sel = {s["method"]: s for s in report["gamma_selection"]}
     assert set(sel) == {"prompt-lookup", "hf-assisted"}
     for m, s in sel.items():

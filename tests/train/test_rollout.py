@@ -101,16 +101,18 @@ def test_padding_does_not_change_loss(target):
     torch.testing.assert_close(a.loss_sums, b.loss_sums, atol=1e-4, rtol=1e-5)
 
 
-def test_loss_is_cross_entropy_to_restricted_renormalised_target(target):
+@pytest.mark.parametrize("labels", ["soft", "argmax"])
+def test_loss_is_cross_entropy_to_restricted_renormalised_target(target, labels):
     """Step i row t is trained toward the distribution the target gives x_{t+i+2} after reading
-    x_0..x_{t+i+1}: the very distribution verification compares the depth-i draft against. The reference
-    runs the target on each prefix separately (no shared indexing with the implementation), in float64."""
+    x_0..x_{t+i+1}: the very distribution verification compares the depth-i draft against (or its top
+    token within the draft vocabulary). The reference runs the target on each prefix separately (no
+    shared indexing with the implementation), in float64."""
     head = make_head(target, draft_vocab=20)
     seq = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(6))
     batch = features(target, head, seq)
     lm_w = target.get_output_embeddings().weight
     depth = 3
-    out = rollout(head, batch, lm_w, depth=depth)
+    out = rollout(head, batch, lm_w, depth=depth, labels=labels)
     with torch.no_grad():
         hidden = [h for _, h in rollout_steps(head, seq, batch["fused"], batch["attention_mask"], depth)]
         for i in range(depth):
@@ -118,6 +120,8 @@ def test_loss_is_cross_entropy_to_restricted_renormalised_target(target):
             for t in range(seq.shape[1] - i - 2):  # label x_{t+i+2} must exist
                 prefix_logits = target(input_ids=seq[:, : t + i + 2]).logits[:, -1].double()  # [B, V]
                 p = torch.softmax(prefix_logits[:, head.target_ids], -1)  # restricted, renormalised
+                if labels == "argmax":
+                    p = torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).double()
                 logq = torch.log_softmax(head.logits(hidden[i][:, t]).double(), -1)
                 ref += -(p * logq).sum()
                 count += seq.shape[0]
@@ -151,3 +155,5 @@ def test_bad_arguments(target):
         rollout(head, batch, target.get_output_embeddings().weight, depth=0)
     with pytest.raises(ValueError, match="decay"):
         rollout(head, batch, target.get_output_embeddings().weight, decay=1.5)
+    with pytest.raises(ValueError, match="labels"):
+        rollout(head, batch, target.get_output_embeddings().weight, labels="hard")
