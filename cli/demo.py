@@ -61,7 +61,8 @@ def _sizes(size: str) -> dict:
         target=None,
         draft_lm=Settings(steps=200, layers=1, warmup=20),
         head=[],
-        eval=["--max-prompts", "8", "--max-new-tokens", "64", "--gamma", "auto:2..4"],
+        # Tune on 4 prompts (32 x 0.125) over gamma 2..6, report on 8 held-out test prompts.
+        eval=["--max-prompts", "8", "--max-new-tokens", "64", "--gamma", "auto:2..6", "--tune-fraction", "0.125"],
         # Greedy and temperature 1 at batch 1 and 4 on the held-out stdlib; HumanEval greedy, batch 1.
         states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,4"],
                 "humaneval": ["--temperature", "0", "--batch-sizes", "1"]},
@@ -186,7 +187,7 @@ def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
     else:
         _say(f"draft LM: training a {settings.layers}-layer Llama for {settings.steps} steps (same corpus and tokenizer)")
         shutil.rmtree(path, ignore_errors=True)
-        build(settings, path, progress=True)
+        build(settings, path, progress=True, desc="draft LM")
         (path / "demo_key").write_text(want)
     ours, theirs = (Path(target_dir) / "tokenizer.json").read_bytes(), (path / "tokenizer.json").read_bytes()
     if ours != theirs:

@@ -322,7 +322,8 @@ def _save(model, tokenizer, out: Path, recipe: dict, eval_sets: dict, batch: int
 
 
 def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, stop_at: int | None = None,
-          threads: int = 1, save_every_seconds: float = 600.0, progress: bool = True) -> dict:
+          threads: int = 1, save_every_seconds: float = 600.0, progress: bool = True,
+          desc: str = "demo target") -> dict:
     """Train the tokenizer and the target per ``s``; write the artifact to ``out``; return the recipe dict.
 
     ``seconds`` and ``stop_at`` end the run early without changing the schedule (the artifact records the
@@ -368,7 +369,7 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
         last = s.steps if stop_at is None else stop_at
         results: dict = {}
         running, last_save = [], time.monotonic()
-        bar = tqdm(total=last, disable=not progress, mininterval=30, desc="demo target")
+        bar = tqdm(total=last, disable=not progress, mininterval=30, desc=desc)
         batches = _batches(len(train_chunks), s.batch, s.seed)
         step = 0
         while step < last:
