@@ -263,15 +263,19 @@ def first_token_check(target_dir: str, head_dir: Path, prompt: str, rows: int, s
     sampling = SamplingConfig(temperature=1.0)
     with torch.no_grad():
         p = probs(target(ids).logits[0, -1], sampling).double()
+    from tqdm.auto import tqdm
+
     drafter = load_eagle_drafter(str(head_dir), target)
     gen = torch.Generator().manual_seed(seed)
     first, accepted = [], 0
-    for start in range(0, rows, 500):  # chunks bound the KV-cache memory of thousands of copies
-        n = min(500, rows - start)
-        out = speculative_generate(target, drafter, ids.repeat(n, 1), gamma=4, sampling=sampling, max_new_tokens=5,
-                                   generator=gen)
-        first += [t[0] for t in out.tokens]
-        accepted += sum(out.rounds[0].accepted)
+    with tqdm(total=rows, desc="first-token check", unit="sample") as bar:
+        for start in range(0, rows, 500):  # chunks bound the KV-cache memory of thousands of copies
+            n = min(500, rows - start)
+            out = speculative_generate(target, drafter, ids.repeat(n, 1), gamma=4, sampling=sampling,
+                                       max_new_tokens=5, generator=gen)
+            first += [t[0] for t in out.tokens]
+            accepted += sum(out.rounds[0].accepted)
+            bar.update(n)
     first = torch.tensor(first)
     freq = torch.bincount(first, minlength=p.numel()).double() / rows
     support = int((p > 0).sum())
