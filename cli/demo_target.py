@@ -447,8 +447,9 @@ def bench_step(s: Settings, steps: int = 3, threads: int = 1) -> dict:
 # ---------------------------------------------------------------------------------------- loading
 
 def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "eaglehead" / "demo-target"
+    from eaglehead.train.builtin import cache_root
+
+    return cache_root() / "demo-target"
 
 
 def _problems(directory: Path, recipe: dict) -> list[str]:
