@@ -5,7 +5,7 @@
     eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
     eaglehead export CKPT --format eagle3|speculators --out DIR
     eaglehead eval --target PATH --draft PATH --prompts SET [...]
-    eaglehead demo [--out DIR]
+    eaglehead demo [--out DIR] [--head-steps N]
 """
 
 from __future__ import annotations
@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run the built-in end-to-end demo on this machine")
     d.add_argument("--out", default="runs/demo", help="output directory (reused as a cache on the next run)")
     d.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: toy sizes, seconds (CI)")
+    d.add_argument("--head-steps", type=int, default=None,
+                   help="training steps for each head (default: configs/demo.yaml's 325, sized for a 20-minute "
+                        "cold run on 2 cores; 750 reach ~0.8 agreement with the target, see BENCHMARKS.md)")
     d.set_defaults(func=cmd_demo)
     return parser
 

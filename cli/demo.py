@@ -42,7 +42,17 @@ def _key(obj) -> str:
 
 # ----------------------------------------------------------------------------------------- sizes
 
-def _sizes(size: str) -> dict:
+def _sizes(size: str, head_steps: int | None = None) -> dict:
+    """Every stage's size; ``head_steps`` overrides ``optim.max_steps`` of both heads (same budget)."""
+    sizes = _base_sizes(size)
+    if head_steps is not None:
+        if head_steps < 1:
+            raise ValueError(f"--head-steps: expected a positive number of training steps, got {head_steps}")
+        sizes["head"] = [*sizes["head"], f"optim.max_steps={head_steps}"]
+    return sizes
+
+
+def _base_sizes(size: str) -> dict:
     from eaglehead.demo_target import Settings
 
     if size == "tiny":
@@ -331,9 +341,9 @@ def write_summary(out: Path, reports: dict, check: dict, timings: dict) -> str:
 
 
 def run_demo(args) -> int:
+    sizes = _sizes(args.size, getattr(args, "head_steps", None))  # bad sizes fail before anything is written
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sizes = _sizes(args.size)
     timings, t = {}, time.perf_counter()
 
     def lap(name):

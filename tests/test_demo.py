@@ -39,3 +39,16 @@ def test_second_run_reuses_cache_and_rebuilds_damaged_files(demo_run, capsys):
     assert "eagle3 head: cached" in log
     assert "draft LM: cached" in log
     assert "eagle1 head: cached copy is damaged" in log
+
+
+def test_head_steps_sets_both_heads_budget(tmp_path):
+    from eaglehead.demo import _head_config, _sizes
+
+    sizes = _sizes("full", head_steps=750)
+    for kind in ("eagle3", "eagle1"):
+        _, cfg = _head_config(tmp_path, kind, "builtin:demo-target", sizes)
+        assert cfg.optim.max_steps == 750 and cfg.head.type == kind
+    _, default = _head_config(tmp_path, "eagle3", "builtin:demo-target", _sizes("full"))
+    assert default.optim.max_steps == 325
+    with pytest.raises(ValueError, match="--head-steps"):
+        _sizes("full", head_steps=0)
