@@ -212,21 +212,11 @@ def stage_prompts(out: Path, n: int, chars: int) -> dict[str, Path]:
     Prompts are cut to ``chars`` characters (at line starts) so that prompt + new tokens fit the
     target's context (the full demo: ~100 tokens + 96 new ones within 256 positions).
     """
-    from eaglehead.demo_target import corpus_split
+    from eaglehead.demo_target import heldout_excerpts
     from eaglehead.eval.prompts import load_prompt_set
 
-    _, heldout = corpus_split()
-    rows = []
-    for file_id, text in heldout:
-        body = text.lstrip()
-        if len(body) < chars:
-            continue
-        start = len(body) // 3  # from inside the file, not only license headers
-        cut = body[start:start + chars]
-        cut = cut[cut.find("\n") + 1:] if "\n" in cut else cut
-        category = "prose" if file_id.startswith("pydoc:") else "code"
-        rows.append({"id": file_id, "category": category, "prompt": cut})
-    rows = rows[:n]
+    rows = [{"id": file_id, "category": "prose" if file_id.startswith("pydoc:") else "code", "prompt": cut}
+            for file_id, cut in heldout_excerpts(chars)][:n]
     paths = {"stdlib-heldout": out / "prompts" / "stdlib_heldout.jsonl", "humaneval": out / "prompts" / "humaneval.jsonl"}
     paths["stdlib-heldout"].parent.mkdir(parents=True, exist_ok=True)
     paths["stdlib-heldout"].write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -262,6 +252,7 @@ def first_token_check(target_dir: str, head_dir: Path, prompt: str, rows: int, s
     Bound: Bernstein per token with a union bound over the target's support at family-wise 1e-3.
     """
     import torch
+    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eaglehead.decode import SamplingConfig, probs, speculative_generate
@@ -273,8 +264,6 @@ def first_token_check(target_dir: str, head_dir: Path, prompt: str, rows: int, s
     sampling = SamplingConfig(temperature=1.0)
     with torch.no_grad():
         p = probs(target(ids).logits[0, -1], sampling).double()
-    from tqdm.auto import tqdm
-
     drafter = load_eagle_drafter(str(head_dir), target)
     gen = torch.Generator().manual_seed(seed)
     first, accepted = [], 0

@@ -127,6 +127,20 @@ def corpus_split(limit: int | None = None) -> tuple[list[tuple[str, str]], list[
     return train, heldout
 
 
+def heldout_excerpts(chars: int) -> list[tuple[str, str]]:
+    """(file id, excerpt) of every held-out file with at least ``chars`` characters: ``chars`` characters
+    from a third of the way in (inside the file, not only license headers), starting at a line."""
+    out = []
+    for file_id, text in corpus_split()[1]:
+        body = text.lstrip()
+        if len(body) < chars:
+            continue
+        start = len(body) // 3
+        cut = body[start:start + chars]
+        out.append((file_id, cut[cut.find("\n") + 1:] if "\n" in cut else cut))
+    return out
+
+
 def corpus_fingerprint(files: list[tuple[str, str]]) -> str:
     """sha256 over the sorted file ids and the sha256 of each file's text."""
     h = hashlib.sha256()

@@ -94,7 +94,7 @@ class Eagle3Drafter:
             else:
                 q_draft = probs(logits, sampling)  # [B, Vd]
                 d = self._target_ids[sample_from(q_draft, generator)]
-                q = q_draft.new_zeros(bsz, self.vocab_size).index_copy_(1, self._target_ids, q_draft)
+                q = head.to_target_probs(q_draft)
             drafts.append(d)
             qs.append(q)  # zero outside the draft vocabulary
             if i < gamma - 1:  # self-fed step: own pre-norm hidden with the token just drafted

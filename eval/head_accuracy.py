@@ -31,7 +31,7 @@ def head_accuracy(target, tok, head_dir: str, texts: list[str], *, max_new_token
                   depth: int = 5) -> dict:
     from eaglehead.decode import SamplingConfig, speculative_generate, vanilla_generate
     from eaglehead.decode.eagle import load_eagle_drafter
-    from eaglehead.draftheads.taps import FeatureTaps
+    from eaglehead.train.features import OnlineFeatures
     from eaglehead.train.rollout import rollout
 
     from .runner import encode_prompt
@@ -43,17 +43,14 @@ def head_accuracy(target, tok, head_dir: str, texts: list[str], *, max_new_token
     counts = torch.zeros(depth)
     accepted = rounds = 0
     lm_w = target.get_output_embeddings().weight
+    features = OnlineFeatures(target, list(head.config.fused_layer_ids))  # exactly what training feeds the head
     for text in texts:
         ids = torch.tensor([encode_prompt(tok, text)])
         new = vanilla_generate(target, ids, sampling=greedy, max_new_tokens=max_new_tokens).tokens[0]
         seq = torch.cat([ids, torch.tensor([new])], 1)
-        taps = FeatureTaps(target, head.config.fused_layer_ids, capture_final=True)
-        with torch.no_grad(), taps.capture() as cap:
-            target(input_ids=seq)
         loss_mask = torch.zeros_like(seq)
         loss_mask[:, ids.shape[1]:] = 1  # only the continuation: what decoding drafts
-        batch = {"input_ids": seq, "attention_mask": torch.ones_like(seq), "loss_mask": loss_mask,
-                 "fused": cap.fused(), "final_hidden": cap.final_hidden}
+        batch = features({"input_ids": seq, "attention_mask": torch.ones_like(seq), "loss_mask": loss_mask})
         with torch.no_grad():
             out = rollout(head, batch, lm_w, depth=depth, labels="argmax")
         correct += out.correct
@@ -70,20 +67,6 @@ def head_accuracy(target, tok, head_dir: str, texts: list[str], *, max_new_token
             "accuracy_by_depth": [round(a, 4) for a in acc], "positions_by_depth": counts.long().tolist(),
             "predicted_greedy_tau_by_gamma": tau,
             "gamma1_first_draft_acceptance": round(accepted / max(rounds, 1), 4), "gamma1_rounds": rounds}
-
-
-def _demo_heldout(n: int) -> list[str]:
-    from eaglehead.demo_target import corpus_split
-
-    _, heldout = corpus_split()
-    texts = []
-    for _, text in heldout:  # the demo's excerpt rule: from a third into the file, whole lines
-        body = text.lstrip()
-        if len(body) < 360:
-            continue
-        cut = body[len(body) // 3: len(body) // 3 + 360]
-        texts.append(cut[cut.find("\n") + 1:] if "\n" in cut else cut)
-    return texts[:n]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_target(args.target)
     tok = AutoTokenizer.from_pretrained(path)
     target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    if args.prompts == "demo-heldout":
-        texts = _demo_heldout(args.max_prompts)
+    if args.prompts == "demo-heldout":  # the demo's held-out excerpts (360 characters, as the demo cuts them)
+        from eaglehead.demo_target import heldout_excerpts
+
+        texts = [cut for _, cut in heldout_excerpts(360)][: args.max_prompts]
     else:
         try:
             texts = [pr.text for pr in load_prompt_set(args.prompts)][: args.max_prompts]

@@ -395,12 +395,17 @@ def run_state(ctx, items, keys: list[tuple[str, int]], temperature: float, batch
     return out
 
 
+def _state_methods(plan, batch_size: int) -> tuple[list[str], list[str]]:
+    """(methods run at ``batch_size``, those of them that draft with a gamma); hf-assisted is batch 1 only."""
+    methods = [m for m in plan["methods"] if m != "hf-assisted" or batch_size == 1]
+    return methods, [m for m in methods if m in GAMMA_METHODS]
+
+
 def _count_calls(plan, tune, test) -> int:
     """Generation calls ``run_eval`` will make (warm-ups included), for the progress bar's ETA."""
     total = 0
     for bsz in plan["batch_sizes"]:
-        methods = [m for m in plan["methods"] if m != "hf-assisted" or bsz == 1]
-        spec = [m for m in methods if m in GAMMA_METHODS]
+        methods, spec = _state_methods(plan, bsz)
         tune_keys = len(spec) * len(plan["gammas"]) if plan["mode"] == "auto" and spec else 0
         test_keys = len(methods) - len(spec) + len(spec) * (1 if plan["mode"] == "auto" else len(plan["gammas"]))
         if tune_keys:
@@ -472,9 +477,8 @@ def run_eval(args: argparse.Namespace, drafter_factories: dict[str, DrafterFacto
     bar = tqdm(total=_count_calls(plan, tune, test), desc=f"eval {plan['prompt_set']}", unit="call")
     for temp in plan["temperatures"]:
         for bsz in plan["batch_sizes"]:
-            methods = [m for m in plan["methods"] if m != "hf-assisted" or bsz == 1]
+            methods, spec = _state_methods(plan, bsz)
             state = dict(prompt_set=plan["prompt_set"], temperature=temp, batch_size=bsz)
-            spec = [m for m in methods if m in GAMMA_METHODS]
             chosen = {m: plan["gammas"] for m in spec}
             if plan["mode"] == "auto" and spec:
                 tuned = run_state(ctx, tune, [(m, g) for m in spec for g in plan["gammas"]], temp, bsz, bar)
