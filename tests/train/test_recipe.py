@@ -16,7 +16,7 @@ from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.train import recipe as recipe_mod
 from eaglehead.train.config import load_config
 from eaglehead.train.data import build_dataset, collate_tokens
-from eaglehead.train.features import OnlineFeatures
+from eaglehead.train.features import FeatureDataset, OnlineFeatures
 from eaglehead.train.prepare import prepare
 from eaglehead.train.recipe import TrainConfig
 from eaglehead.train.rollout import count_loss_tokens, rollout
@@ -218,3 +218,56 @@ def test_wandb_logging_offline(workspace, monkeypatch):
     runs = list((workspace / "wandb").glob("offline-run-*"))
     assert runs, "no offline wandb run was written"
     assert any(p.suffix == ".wandb" for p in runs[0].iterdir())
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
+def test_lm_head_starts_from_the_targets_output_rows(workspace, kind):
+    target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
+    vocab = target.get_output_embeddings().weight.shape[0]
+    counts = torch.arange(vocab, 0, -1)  # id 0 most frequent
+    # Make the target's final-norm gain non-trivial so that copying it is visible.
+    with torch.no_grad():
+        target.get_decoder().norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(0))
+    heads = {}
+    for init in ("target", "random"):
+        cfg = load_config(TrainConfig, write_config(workspace, "init"),
+                          ["head.init_from=null", f"head.type={kind}", f"head.lm_head_init={init}",
+                           "head.draft_vocab_size=100"] + (["head.fused_layer_ids=null"] if kind == "eagle1" else []))
+        torch.manual_seed(0)
+        heads[init] = recipe_mod.build_head(cfg, target, counts)
+    head = heads["target"]
+    rows = target.get_output_embeddings().weight[head.target_ids]
+    assert head.lm_head.weight.shape[0] == (vocab if kind == "eagle1" else 100)
+    assert torch.equal(head.lm_head.weight, rows)
+    assert torch.equal(head.norm.weight, target.get_decoder().norm.weight)
+    assert not torch.equal(heads["random"].lm_head.weight, rows)
+    assert torch.equal(heads["random"].norm.weight, torch.ones_like(head.norm.weight))
+    # Everything else is initialised as before (same seed).
+    for name, p in heads["random"].state_dict().items():
+        if not name.startswith(("lm_head", "norm")):
+            assert torch.equal(p, head.state_dict()[name]), name
+
+
+def test_a_reduced_vocabulary_without_token_counts_names_the_file(workspace):
+    cfg = load_config(TrainConfig, write_config(workspace, "nocounts"), ["head.init_from=null", "head.draft_vocab_size=100"])
+    target, _ = recipe_mod.load_target(cfg.model, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"draft_vocab_size=100 .*nocounts/draft_vocab.safetensors .*eaglehead prepare"):
+        recipe_mod.build_head(cfg, target, None)
+
+
+def test_eagle1_trains_from_an_eagle3_feature_cache(workspace):
+    """The demo runs the target once: an EAGLE-1 head reads the cache's final hidden state (id L)."""
+    common = {"head.init_from": None, "head.type": "eagle1", "head.fused_layer_ids": None, "optim.max_steps": 2,
+              "save_every": 0}
+    cache_cfg = load_config(TrainConfig, write_config(workspace, "e3prep", **{
+        "head.init_from": None, "features.dir": str(workspace / "e3cache"), "features.dtype": "float32"}))
+    prepare(cache_cfg)
+    assert FeatureDataset(workspace / "e3cache").layer_ids != [4]
+    online = load_config(TrainConfig, write_config(workspace, "e1online", **common))
+    offline = load_config(TrainConfig, write_config(workspace, "e1offline", **common,
+                                                    **{"features.dir": str(workspace / "e3cache")}))
+    train(online)
+    train(offline)
+    for a, b in zip(metrics(workspace / "e1offline"), metrics(workspace / "e1online"), strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
