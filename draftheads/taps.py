@@ -72,6 +72,13 @@ class Capture:
     layer_ids: list[int]
     by_id: dict[int, torch.Tensor] = field(default_factory=dict)
     final_hidden: torch.Tensor | None = None
+    final_id: int = -1  # L: the id of the final-normed state
+
+    def set_final(self, hidden: torch.Tensor) -> None:
+        """Record the final-normed state (the input of ``lm_head``), also as layer id ``L`` when tapped."""
+        self.final_hidden = hidden
+        if self.final_id in self.layer_ids:
+            self.by_id[self.final_id] = hidden
 
     def fused(self) -> torch.Tensor:
         """``cat`` of the tapped hidden states, low to high: ``[B, T, len(ids) * H]``."""
@@ -100,9 +107,9 @@ class FeatureTaps:
 
     @contextmanager
     def capture(self):
-        cap = Capture(list(self.layer_ids))
-        handles = []
         n = len(self.layers)
+        cap = Capture(list(self.layer_ids), final_id=n)
+        handles = []
 
         def pre_hook(layer_id):
             def hook(module, args, kwargs):
@@ -117,9 +124,7 @@ class FeatureTaps:
             if self.capture_final or n in self.layer_ids:
                 # output_hidden_states[L] is the final-normed state, i.e. the input of lm_head.
                 def final_hook(module, args):
-                    cap.final_hidden = args[0]
-                    if n in self.layer_ids:
-                        cap.by_id[n] = args[0]
+                    cap.set_final(args[0])
 
                 handles.append(self.model.get_output_embeddings().register_forward_pre_hook(final_hook))
             yield cap

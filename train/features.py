@@ -50,22 +50,54 @@ class OnlineFeatures:
     """Run the frozen target on a token batch and return it with ``fused`` and ``final_hidden`` added.
 
     No gradients; bf16 autocast on CUDA only (on CPU the target runs in its own dtype, so float32
-    features are exact). The target is put in eval mode.
+    features are exact). The target is put in eval mode. Nothing needs the target's logits, so after
+    the first batch the target's decoder (``get_decoder()``, whose output is the final-normed state)
+    runs without ``lm_head`` (a ``hidden x vocab`` product per token: ~18 % of a forward of the demo
+    target). That shortcut is taken only if, on the first batch, it reproduced exactly the state the
+    full forward feeds to ``lm_head``; otherwise every batch runs the full forward.
     """
 
     def __init__(self, target_model, layer_ids: list[int]):
         self.model = target_model.eval()
         self.taps = FeatureTaps(target_model, layer_ids, capture_final=True)
         self.layer_ids = self.taps.layer_ids
+        self.decoder_only: bool | None = None  # decided on the first batch
+
+    def _run(self, module, batch, full: bool, decoder=None):
+        """(fused, final_hidden[, the decoder's own output when ``decoder`` is given, for the first-batch check])."""
+        device = batch["input_ids"].device
+        seen = {}
+        hook = decoder.register_forward_hook(lambda m, a, out: seen.setdefault("out", out)) if decoder else None
+        try:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"), \
+                    self.taps.capture() as cap:
+                out = module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+                if not full:
+                    cap.set_final(out.last_hidden_state)
+        finally:
+            if hook is not None:
+                hook.remove()
+        return cap.fused(), cap.final_hidden, seen.get("out")
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"), \
-                self.taps.capture() as cap:
-            self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
-        return {**batch, "fused": cap.fused(), "final_hidden": cap.final_hidden}
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
+        if decoder is self.model:
+            decoder = None
+        if self.decoder_only:
+            fused, final, _ = self._run(decoder, batch, full=False)
+        else:
+            # The full forward calls the decoder: its output, seen through a hook, must be exactly what
+            # lm_head receives for the shortcut to be taken from the next batch on.
+            check = self.decoder_only is None and decoder is not None
+            fused, final, seen = self._run(self.model, batch, full=True, decoder=decoder if check else None)
+            if self.decoder_only is None:
+                hidden = getattr(seen, "last_hidden_state", None)
+                self.decoder_only = (hidden is not None and final is not None and hidden.shape == final.shape
+                                     and torch.equal(hidden, final))
+        return {**batch, "fused": fused, "final_hidden": final}
 
 
 def cache_features(
@@ -268,6 +300,20 @@ class FeatureDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return self.index["num_sequences"]
+
+    def source_of(self, layer_ids: list[int]) -> str:
+        """Which stored tensor holds the features of ``layer_ids``: ``"fused"`` when they are the cache's
+        own ids; ``"final_hidden"`` when they are ``[L]`` alone (the final-normed state that enters
+        ``lm_head``, which every cache stores), so an EAGLE-1 head trains from an EAGLE-3 head's cache.
+        Raises ValueError naming the cache otherwise."""
+        ids = [int(i) for i in layer_ids]
+        if ids == list(self.layer_ids):
+            return "fused"
+        if ids == [self.index["target_config"]["num_hidden_layers"]]:
+            return "final_hidden"
+        raise ValueError(f"feature cache {self.cache_dir} holds layer ids {self.layer_ids} (and the final hidden "
+                         f"state, id {self.index['target_config']['num_hidden_layers']}); the head reads {ids}: "
+                         "rebuild the cache or set head.fused_layer_ids")
 
     def lengths(self) -> list[int]:
         """Token count of every sequence (reads each shard's ``offsets``), e.g. for length-grouped batching."""

@@ -76,19 +76,20 @@ def _shift(x: torch.Tensor, i: int, fill: float | int = 0) -> torch.Tensor:
     return torch.cat([x[:, i:], pad], dim=1)
 
 
-def target_logits_in_draft_vocab(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor,
-                                 head: Eagle3Head) -> torch.Tensor:
-    """Target logits restricted to the draft vocabulary ``[B, T, Vd]``: only the draft rows of ``lm_head``."""
-    w = lm_head_weight.index_select(0, head.target_ids.to(lm_head_weight.device))
-    return F.linear(final_hidden.to(w.dtype), w).float()
-
-
-def target_argmax(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor, chunk: int = 512) -> torch.Tensor:
-    """Full-vocabulary argmax of the target logits ``[B, T]``, computed in chunks of rows."""
-    flat = final_hidden.reshape(-1, final_hidden.shape[-1])
-    out = torch.cat([F.linear(flat[s: s + chunk].to(lm_head_weight.dtype), lm_head_weight).argmax(-1)
-                     for s in range(0, flat.shape[0], chunk)])
-    return out.view(final_hidden.shape[:-1])
+def target_outputs(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor, target_ids: torch.Tensor,
+                   chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's logits restricted to the draft vocabulary ``[B, T, Vd]`` (float32) and its full-vocabulary
+    argmax ``[B, T]``, from one ``lm_head`` product per chunk of ``chunk`` rows (full logits are never held
+    for more than one chunk: ``chunk x V`` floats)."""
+    flat = final_hidden.reshape(-1, final_hidden.shape[-1]).to(lm_head_weight.dtype)
+    ids = target_ids.to(lm_head_weight.device)
+    logits, top = [], []
+    for s in range(0, flat.shape[0], chunk):
+        full = F.linear(flat[s: s + chunk], lm_head_weight)  # [chunk, V]
+        top.append(full.argmax(-1))
+        logits.append(full.index_select(-1, ids).float())
+    shape = final_hidden.shape[:-1]
+    return torch.cat(logits).view(*shape, ids.numel()), torch.cat(top).view(shape)
 
 
 def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor, attention_mask: torch.Tensor,
@@ -149,12 +150,12 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
         raise ValueError(f"sequences must hold at least 3 tokens, got {ids.shape[1]}")
     positions_ok = loss_positions(batch["loss_mask"], amask, depth)  # [depth, B, R]
     with torch.no_grad():
-        tgt_logits = target_logits_in_draft_vocab(batch["final_hidden"], lm_head_weight, head)  # [B, T, Vd]
+        # [B, T, Vd] logits within the draft vocabulary, [B, T] full-vocabulary top token (target ids)
+        tgt_logits, tgt_top = target_outputs(batch["final_hidden"], lm_head_weight, head.target_ids)
         if labels == "soft":
             tgt_p = torch.softmax(tgt_logits, dim=-1)  # restricted to the draft vocab and renormalised
         else:
             tgt_p = torch.zeros_like(tgt_logits).scatter_(-1, tgt_logits.argmax(-1, keepdim=True), 1.0)
-        tgt_top = target_argmax(batch["final_hidden"], lm_head_weight)  # [B, T] target ids
     loss_sums, counts, correct = [], [], []
     for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention):
         logits = head.logits(h).float()  # [B, R, Vd]

@@ -132,12 +132,10 @@ def train(cfg: TrainConfig) -> dict:
         print(describe_vocab(head, counts))
     layer_ids = list(head.config.fused_layer_ids)
     if isinstance(dataset, FeatureDataset):
-        if list(dataset.layer_ids) != layer_ids:
-            raise ValueError(f"feature cache {cfg.features.dir} holds layer ids {dataset.layer_ids}, the head reads "
-                             f"{layer_ids}: rebuild the cache or set head.fused_layer_ids")
+        feature_key = dataset.source_of(layer_ids)
         online = None
     else:
-        online = OnlineFeatures(target, layer_ids)
+        feature_key, online = "fused", OnlineFeatures(target, layer_ids)
 
     model = RolloutModule(head, target.get_output_embeddings().weight, cfg.rollout.depth, cfg.rollout.decay,
                           cfg.rollout.checkpoint_attention, cfg.rollout.labels)
@@ -182,6 +180,7 @@ def train(cfg: TrainConfig) -> dict:
         for b, _ in micro:
             with accelerator.accumulate(model):
                 batch = online(b) if online is not None else {k: v.to(accelerator.device) for k, v in b.items()}
+                batch["fused"] = batch[feature_key]
                 out = model(batch)
                 loss = out.loss(norms)
                 accelerator.backward(loss * scale)

@@ -43,7 +43,8 @@ class RowCounter:
 
     def __init__(self, model, fail_after=None):
         self.rows, self.calls, self.fail_after = 0, 0, fail_after
-        self.handle = model.register_forward_pre_hook(self, with_kwargs=True)
+        # On the decoder: OnlineFeatures calls it directly (without lm_head) after the first batch.
+        self.handle = model.get_decoder().register_forward_pre_hook(self, with_kwargs=True)
 
     def __call__(self, module, args, kwargs):
         if self.fail_after is not None and self.calls == self.fail_after:
@@ -205,3 +206,41 @@ def test_other_target_is_refused_and_bf16_cache_round_trips(dataset, target, tmp
     assert item["fused"].dtype == torch.bfloat16 and item["final_hidden"].dtype == torch.bfloat16
     assert torch.equal(item["fused"], batch["fused"][0, :n].bfloat16())
     assert torch.equal(item["final_hidden"], batch["final_hidden"][0, :n].bfloat16())
+
+
+def test_decoder_only_shortcut_is_exact_and_checked(dataset, target):
+    rows = [dataset[i] for i in range(BATCH)]
+    batch = collate_tokens(rows)
+    with torch.no_grad():
+        ref = target(**batch, output_hidden_states=True).hidden_states
+    online = OnlineFeatures(target, LAYERS)
+    counter = RowCounter(target)
+    calls = []
+    handle = target.register_forward_pre_hook(lambda m, a, kw: calls.append(1), with_kwargs=True)
+    first, second = online(batch), online(batch)
+    handle.remove()
+    counter.handle.remove()
+    assert online.decoder_only and len(calls) == 1 and counter.calls == 2  # the second batch skipped lm_head
+    for out in (first, second):
+        assert torch.equal(out["fused"], torch.cat([ref[k] for k in LAYERS], -1))
+        assert torch.equal(out["final_hidden"], ref[4])
+
+    # A model that changes the state between its decoder and lm_head (here a pre-hook doubling it): the
+    # shortcut is refused and every batch keeps reading what lm_head receives.
+    doubled = target.get_output_embeddings().register_forward_pre_hook(lambda m, args: (2 * args[0],))
+    try:
+        online = OnlineFeatures(target, LAYERS)
+        outs = [online(batch), online(batch)]
+    finally:
+        doubled.remove()
+    assert online.decoder_only is False
+    for out in outs:
+        assert torch.equal(out["final_hidden"], 2 * ref[4])
+
+
+def test_source_of_serves_the_final_state_to_an_eagle1_head(cached):
+    ds = FeatureDataset(cached)
+    assert ds.source_of(LAYERS) == "fused"
+    assert ds.source_of([4]) == "final_hidden"  # id L: the final-normed state every cache stores
+    with pytest.raises(ValueError, match=f"feature cache {cached} holds layer ids .*the head reads \\[1, 2, 3\\]"):
+        ds.source_of([1, 2, 3])

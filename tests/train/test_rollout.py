@@ -10,7 +10,7 @@ from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.draftheads.taps import FeatureTaps
 from eaglehead.draftheads.vocab import build_draft_vocab
-from eaglehead.train.rollout import count_loss_tokens, loss_positions, rollout, rollout_steps
+from eaglehead.train.rollout import count_loss_tokens, loss_positions, rollout, rollout_steps, target_outputs
 from tests.tiny_models import tiny_llama
 
 V = 64
@@ -131,6 +131,18 @@ def test_loss_is_cross_entropy_to_restricted_renormalised_target(target, labels)
             assert out.counts[i].item() == count
             assert out.correct[i].item() == correct
     assert out.counts.tolist() == [12.0, 10.0, 8.0]
+
+
+@pytest.mark.parametrize("chunk", [5, 512])
+def test_target_outputs_match_a_float64_reference_in_any_chunking(target, chunk):
+    head = make_head(target, draft_vocab=20)
+    hidden = torch.randn(3, 7, target.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    w = target.get_output_embeddings().weight
+    logits, top = target_outputs(hidden, w, head.target_ids, chunk=chunk)
+    ref = hidden.double() @ w.double().T  # [3, 7, V]
+    assert logits.shape == (3, 7, 20) and logits.dtype == torch.float32 and top.shape == (3, 7)
+    torch.testing.assert_close(logits.double(), ref[..., head.target_ids], atol=1e-5, rtol=1e-5)
+    assert torch.equal(top, ref.argmax(-1))
 
 
 def test_gradients_and_checkpointing_agree(target):
