@@ -5,11 +5,14 @@
 
 1. Target: the shipped demo target (``eaglehead.demo_target``: a 10-layer Llama trained on the Python
    standard library), verified and cached under ``~/.cache/eaglehead``.
-2. Heads: an EAGLE-3 head (fused layers, reduced draft vocabulary, 5-step rollout) and the EAGLE-1
-   ablation (top layer only, full vocabulary), each trained by the same accelerate recipe users run
-   (``configs/demo.yaml``) with the same budget, then exported in the EAGLE-3 layout.
+2. Heads: the target runs once over the training data (``eaglehead prepare --cache-features``); from
+   those features an EAGLE-3 head (fused layers, reduced draft vocabulary, 3-step rollout) and the
+   EAGLE-1 ablation (top layer only, full vocabulary) are each trained by the same accelerate recipe
+   users run (``configs/demo.yaml``) with the same budget, side by side, then exported in the EAGLE-3
+   layout.
 3. Draft LM: a 1-layer Llama trained on the same corpus with the target's tokenizer (classic
-   speculative sampling's drafter, of similar per-step cost to the head).
+   speculative sampling's drafter, of similar per-step cost to the head), shipped like the target
+   with the recipe and command that reproduce it (``demo_target.DRAFT_LM_ASSETS_DIR``).
 4. Evaluation with ``eaglehead eval`` on held-out standard-library files and on HumanEval prompts:
    every method, greedy and temperature 1, batch 1 and 4, gamma chosen by the rule on the tune split.
 5. A first-token distribution check at temperature 1, the report, and a three-line summary.
@@ -69,7 +72,7 @@ def _base_sizes(size: str) -> dict:
             prompts=6, prompt_chars=80, first_token_rows=200)
     return dict(
         target=None,
-        draft_lm=Settings(steps=200, layers=1, warmup=20),
+        draft_lm=None,  # shipped: demo_target.DRAFT_LM_ASSETS_DIR (1 layer, 1500 steps; its recipe.json has the command)
         head=[],
         # Tune on 4 prompts (32 x 0.125) over gamma 2..6, report on 8 held-out test prompts.
         eval=["--max-prompts", "8", "--max-new-tokens", "64", "--gamma", "auto:2..6", "--tune-fraction", "0.125"],
@@ -145,6 +148,12 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
         run.mkdir(parents=True)
         todo[kind] = (overrides, cfg)
     if todo:
+        features = stage_features(out, target_dir, target_key, sizes)
+        if "eagle3" in todo:  # prepare counted the draft vocabulary next to the features
+            from eaglehead.train.recipe import VOCAB_FILE
+
+            shutil.copyfile(features / VOCAB_FILE, out / "eagle3" / VOCAB_FILE)
+        todo = {kind: ([*overrides, f"features.dir={features}"], cfg) for kind, (overrides, cfg) in todo.items()}
         threads = max(1, (os.cpu_count() or 2) // len(todo))
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         steps = {kind: cfg.optim.max_steps for kind, (_, cfg) in todo.items()}
@@ -173,7 +182,35 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
             summary = json.loads((out / kind / "summary.json").read_text())["metrics"]
             accs = " ".join(f"{summary[k]:.2f}" for k in sorted(summary) if k.startswith("acc_"))
             _say(f"{kind} head: trained; last logged per-step accuracy vs the target's top token: {accs}")
+    if todo:
+        size = sum(f.stat().st_size for f in features.iterdir() if f.is_file())
+        shutil.rmtree(features)
+        _say(f"features: removed {features} ({size / 2**30:.2f} GiB; rebuilt only when a head is retrained)")
     return {kind: out / kind / "head" for kind in ("eagle3", "eagle1")}
+
+
+def stage_features(out: Path, target_dir: str, target_key: str, sizes: dict) -> Path:
+    """Run the target once over the training data and cache what both heads read (``eaglehead prepare
+    --cache-features``): the EAGLE-3 head's three fused layers and the final hidden state, which is the
+    EAGLE-1 ablation's feature and the source of both heads' labels. Training from the cache skips the
+    target forward in every step of both runs (~0.4 s of ~1.2 s per step on one thread)."""
+    from eaglehead.train.config import dump_config
+    from eaglehead.train.prepare import prepare
+
+    path = out / "features"
+    _, cfg = _head_config(out, "eagle3", target_dir, sizes)
+    cfg = replace(cfg, output_dir=str(path))
+    want = _key({"data": dump_config(cfg.data), "features": dump_config(cfg.features), "target": target_key,
+                 "layers": cfg.head.fused_layer_ids, "vocab": cfg.head.draft_vocab_size})
+    stamp = path / "demo_key"
+    if path.exists() and not (stamp.is_file() and stamp.read_text() == want):
+        _say(f"features: recipe or target changed since {path} was written; rebuilding")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(want)  # an interrupted cache is resumed shard by shard (cache_features checks the data)
+    _say(f"features: running the target once over the training data for both heads -> {path}")
+    prepare(cfg, cache_dir=str(path), device="cpu")
+    return path
 
 
 def _last_step(run: Path) -> int:
@@ -187,6 +224,16 @@ def _last_step(run: Path) -> int:
 def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
     from eaglehead.demo_target import build
 
+    if sizes["draft_lm"] is None:
+        from eaglehead.demo_target import load_demo_draft_lm
+
+        model, _, recipe = load_demo_draft_lm()
+        path = Path(model.config._name_or_path)
+        _say(f"draft LM: the shipped {model.config.num_hidden_layers}-layer Llama (same corpus and tokenizer, "
+             f"{recipe['results']['steps_done']} steps; held-out loss {recipe['results']['heldout_loss_shipped']:.2f}), "
+             "verified by its sha256 hashes")
+        _same_tokenizer(target_dir, path)
+        return path
     path = out / "draft_lm"
     settings = sizes["draft_lm"]
     if sizes["target"] is not None:  # the toy target: match its vocabulary and corpus
@@ -199,11 +246,16 @@ def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
         shutil.rmtree(path, ignore_errors=True)
         build(settings, path, progress=True, desc="draft LM")
         (path / "demo_key").write_text(want)
-    ours, theirs = (Path(target_dir) / "tokenizer.json").read_bytes(), (path / "tokenizer.json").read_bytes()
-    if ours != theirs:
-        raise ValueError(f"draft LM tokenizer in {path} differs from the target's: the BPE training was not "
-                         "reproducible on this machine, so the draft LM cannot share the target's vocabulary")
+    _same_tokenizer(target_dir, path)
     return path
+
+
+def _same_tokenizer(target_dir: str, draft_dir: Path) -> None:
+    ours, theirs = (Path(target_dir) / "tokenizer.json").read_bytes(), (draft_dir / "tokenizer.json").read_bytes()
+    if ours != theirs:
+        raise ValueError(f"draft LM tokenizer in {draft_dir} differs from the target's in {target_dir}: the BPE "
+                         "training was not reproducible on this machine, so the draft LM cannot share the target's "
+                         "vocabulary")
 
 
 def stage_prompts(out: Path, n: int, chars: int) -> dict[str, Path]:

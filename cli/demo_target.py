@@ -78,6 +78,8 @@ RECIPE_VERSION = 1
 EOS = "<|endoftext|>"
 HELDOUT_FRACTION = 0.1
 ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "demo_target"
+# The demo's draft-LM baseline: the same recipe at one layer (its command is in its recipe.json).
+DRAFT_LM_ASSETS_DIR = ASSETS_DIR.parent / "draft_lm"
 _EXCLUDED_DIRS = {"test", "tests", "idle_test", "idlelib", "site-packages", "__pycache__"}
 _ARTIFACT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                    "tokenizer_config.json", "special_tokens_map.json")
@@ -460,10 +462,10 @@ def bench_step(s: Settings, steps: int = 3, threads: int = 1) -> dict:
 
 # ---------------------------------------------------------------------------------------- loading
 
-def _cache_root() -> Path:
+def _cache_root(name: str = "demo-target") -> Path:
     from eaglehead.train.builtin import cache_root
 
-    return cache_root() / "demo-target"
+    return cache_root() / name
 
 
 def _problems(directory: Path, recipe: dict) -> list[str]:
@@ -487,26 +489,37 @@ def load_demo_target(cache_dir: str | os.PathLike | None = None, assets_dir: str
     shipped one, is reported with a warning and copied again. A shipped artifact that fails its own hashes
     raises ValueError with the command that rebuilds it.
     """
+    return _load_shipped(Path(assets_dir) if assets_dir is not None else ASSETS_DIR,
+                         Path(cache_dir) if cache_dir is not None else _cache_root(), "demo target")
+
+
+def load_demo_draft_lm(cache_dir: str | os.PathLike | None = None, assets_dir: str | os.PathLike | None = None):
+    """(model, tokenizer, recipe): the shipped 1-layer draft LM (the demo's ``draft-lm`` baseline), like
+    :func:`load_demo_target` (default cache ``~/.cache/eaglehead/draft-lm``, assets ``assets/draft_lm``)."""
+    return _load_shipped(Path(assets_dir) if assets_dir is not None else DRAFT_LM_ASSETS_DIR,
+                         Path(cache_dir) if cache_dir is not None else _cache_root("draft-lm"), "demo draft LM")
+
+
+def _load_shipped(assets: Path, cache_dir: Path, what: str):
     import torch
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-    assets = Path(assets_dir) if assets_dir is not None else ASSETS_DIR
     recipe = read_recipe(assets)
     if not recipe.get("files"):
         raise ValueError(f"{assets / 'recipe.json'}: expected a 'files' table of sha256 hashes")
     problems = _problems(assets, recipe)
     if problems:
-        raise ValueError(f"shipped demo target in {assets} is damaged ({'; '.join(problems)}); rebuild it with: "
+        raise ValueError(f"shipped {what} in {assets} is damaged ({'; '.join(problems)}); rebuild it with: "
                          f"{recipe.get('command', 'python -m eaglehead.demo_target build')}")
     if recipe.get("recipe_version") != RECIPE_VERSION:
         warnings.warn(f"{assets}: built by demo-target recipe version {recipe.get('recipe_version')}, this code is "
                       f"version {RECIPE_VERSION}; rebuild with `python -m eaglehead.demo_target build --out {assets}`")
-    target = (Path(cache_dir) if cache_dir is not None else _cache_root()) / recipe_key(recipe)
+    target = cache_dir / recipe_key(recipe)
     if target.exists():
         cached = json.loads((target / "recipe.json").read_text()) if (target / "recipe.json").is_file() else None
         problems = ["recipe.json differs from the shipped recipe"] if cached != recipe else _problems(target, recipe)
         if problems:
-            warnings.warn(f"cached demo target {target}: {'; '.join(problems)}; copying it again from {assets}")
+            warnings.warn(f"cached {what} {target}: {'; '.join(problems)}; copying it again from {assets}")
             shutil.rmtree(target)
     if not target.exists():
         staging = target.with_name(f"{target.name}.tmp{os.getpid()}")

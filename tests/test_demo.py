@@ -29,6 +29,11 @@ def test_demo_writes_a_complete_consistent_report(demo_run):
     assert summary["first_token_check"]["rows"] > 0
     assert "goal" in (demo_run / "report.md").read_text()
     assert (demo_run / "eagle3" / "export_eagle3" / "config.json").is_file()
+    # Both heads trained from one feature cache, removed once they were done.
+    for kind in ("eagle3", "eagle1"):
+        saved = (demo_run / kind / "config.yaml").read_text()
+        assert f"dir: {demo_run / 'features'}" in saved
+    assert not (demo_run / "features").exists()
 
 
 def test_second_run_reuses_cache_and_rebuilds_damaged_files(demo_run, capsys):
@@ -39,16 +44,20 @@ def test_second_run_reuses_cache_and_rebuilds_damaged_files(demo_run, capsys):
     assert "eagle3 head: cached" in log
     assert "draft LM: cached" in log
     assert "eagle1 head: cached copy is damaged" in log
+    assert "features: running the target once" in log  # rebuilt for the retrained head, then removed
+    assert not (demo_run / "features").exists()
 
 
 def test_head_steps_sets_both_heads_budget(tmp_path):
-    from eaglehead.demo import _head_config, _sizes
+    from eaglehead.demo import CONFIGS, _head_config, _sizes
+    from eaglehead.train.config import load_config
+    from eaglehead.train.recipe import TrainConfig
 
     sizes = _sizes("full", head_steps=750)
     for kind in ("eagle3", "eagle1"):
         _, cfg = _head_config(tmp_path, kind, "builtin:demo-target", sizes)
         assert cfg.optim.max_steps == 750 and cfg.head.type == kind
     _, default = _head_config(tmp_path, "eagle3", "builtin:demo-target", _sizes("full"))
-    assert default.optim.max_steps == 325
+    assert default.optim.max_steps == load_config(TrainConfig, CONFIGS / "demo.yaml").optim.max_steps
     with pytest.raises(ValueError, match="--head-steps"):
         _sizes("full", head_steps=0)

@@ -11,9 +11,9 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from eaglehead.demo_target import (ASSETS_DIR, HELDOUT_FRACTION, RECIPE_VERSION, Settings, build, corpus_files,
-                                   corpus_fingerprint, corpus_split, file_sha256, is_heldout, load_demo_target,
-                                   main, read_recipe, recipe_key)
+from eaglehead.demo_target import (ASSETS_DIR, DRAFT_LM_ASSETS_DIR, HELDOUT_FRACTION, RECIPE_VERSION, Settings, build,
+                                   corpus_files, corpus_fingerprint, corpus_split, file_sha256, is_heldout,
+                                   load_demo_draft_lm, load_demo_target, main, read_recipe, recipe_key)
 
 # A few seconds per build: 2 layers x 32, vocab 512, 3 steps over the first 5 train and 5 held-out files.
 TINY = Settings(steps=3, warmup=1, vocab=512, layers=2, width=32, heads=2, intermediate=64, seq_len=32, batch=2,
@@ -142,16 +142,21 @@ def test_bad_settings_name_the_flag():
         Settings(steps=10, warmup=10).validate()
 
 
-def test_shipped_artifact_is_intact_and_matches_its_recipe(tmp_path):
-    recipe = read_recipe(ASSETS_DIR)
-    assert recipe["key"] == recipe_key(recipe) == recipe_key()
-    assert all(file_sha256(ASSETS_DIR / name) == digest for name, digest in recipe["files"].items())
-    assert (ASSETS_DIR / "model.safetensors").stat().st_size <= 32 * 2 ** 20
+@pytest.mark.parametrize("assets, load", [(ASSETS_DIR, load_demo_target), (DRAFT_LM_ASSETS_DIR, load_demo_draft_lm)],
+                         ids=["target", "draft_lm"])
+def test_shipped_artifact_is_intact_and_matches_its_recipe(tmp_path, assets, load):
+    recipe = read_recipe(assets)
+    assert recipe["key"] == recipe_key(recipe) and recipe["status"] == "complete"
+    assert all(file_sha256(assets / name) == digest for name, digest in recipe["files"].items())
+    assert (assets / "model.safetensors").stat().st_size <= 32 * 2 ** 20
     settings = Settings(**recipe["inputs"]["settings"])
     assert f"--steps {settings.steps}" in recipe["command"]
-    model, tokenizer, _ = load_demo_target(cache_dir=tmp_path)
+    model, tokenizer, _ = load(cache_dir=tmp_path)
     cfg = model.config
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (settings.layers, settings.width,
                                                                         settings.vocab)
     assert len(tokenizer) == settings.vocab and model.dtype == torch.float32
     assert recipe["results"]["heldout_loss_shipped"] < math.log(settings.vocab)   # learned something
+    # The draft LM drafts for the target: the very same tokenizer, and a cheaper model.
+    assert (assets / "tokenizer.json").read_bytes() == (ASSETS_DIR / "tokenizer.json").read_bytes()
+    assert settings.layers <= Settings(**read_recipe(ASSETS_DIR)["inputs"]["settings"]).layers
