@@ -148,12 +148,20 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
         run.mkdir(parents=True)
         todo[kind] = (overrides, cfg)
     if todo:
-        features = stage_features(out, target_dir, target_key, sizes)
-        if "eagle3" in todo:  # prepare counted the draft vocabulary next to the features
-            from eaglehead.train.recipe import VOCAB_FILE
+        from eaglehead.train.features import DiskSpaceError
 
-            shutil.copyfile(features / VOCAB_FILE, out / "eagle3" / VOCAB_FILE)
-        todo = {kind: ([*overrides, f"features.dir={features}"], cfg) for kind, (overrides, cfg) in todo.items()}
+        try:
+            features = stage_features(out, target_dir, target_key, sizes)
+        except DiskSpaceError as exc:  # nothing was written; each head runs the target itself instead
+            shutil.rmtree(out / "features", ignore_errors=True)
+            features = None
+            _say(f"features: {exc}. Training with online features instead (the target then runs in every step of both heads: slower)")
+        if features is not None:
+            if "eagle3" in todo:  # prepare counted the draft vocabulary next to the features
+                from eaglehead.train.recipe import VOCAB_FILE
+
+                shutil.copyfile(features / VOCAB_FILE, out / "eagle3" / VOCAB_FILE)
+            todo = {kind: ([*overrides, f"features.dir={features}"], cfg) for kind, (overrides, cfg) in todo.items()}
         threads = max(1, (os.cpu_count() or 2) // len(todo))
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         steps = {kind: cfg.optim.max_steps for kind, (_, cfg) in todo.items()}
@@ -182,7 +190,7 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
             summary = json.loads((out / kind / "summary.json").read_text())["metrics"]
             accs = " ".join(f"{summary[k]:.2f}" for k in sorted(summary) if k.startswith("acc_"))
             _say(f"{kind} head: trained; last logged per-step accuracy vs the target's top token: {accs}")
-    if todo:
+    if todo and features is not None:
         size = sum(f.stat().st_size for f in features.iterdir() if f.is_file())
         shutil.rmtree(features)
         _say(f"features: removed {features} ({size / 2**30:.2f} GiB; rebuilt only when a head is retrained)")

@@ -61,3 +61,16 @@ def test_head_steps_sets_both_heads_budget(tmp_path):
     assert default.optim.max_steps == load_config(TrainConfig, CONFIGS / "demo.yaml").optim.max_steps
     with pytest.raises(ValueError, match="--head-steps"):
         _sizes("full", head_steps=0)
+
+
+def test_demo_trains_online_when_the_feature_cache_does_not_fit(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6 - 100, 100))
+    assert main(["demo", "--size", "tiny", "--out", str(tmp_path)]) == 0
+    log = capsys.readouterr().out
+    assert "not enough free disk space" in log and "Training with online features instead" in log
+    for kind in ("eagle3", "eagle1"):
+        assert "dir: null" in (tmp_path / kind / "config.yaml").read_text()  # trained online
+        assert (tmp_path / kind / "head" / "model.safetensors").is_file()
+    assert not (tmp_path / "features").exists() and (tmp_path / "report.json").is_file()

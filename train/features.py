@@ -46,6 +46,10 @@ INDEX = "index.json"
 FORMAT_VERSION = 1
 
 
+class DiskSpaceError(ValueError):
+    """The feature cache would not fit on its disk (raised before anything is written)."""
+
+
 class OnlineFeatures:
     """Run the frozen target on a token batch and return it with ``fused`` and ``final_hidden`` added.
 
@@ -136,9 +140,9 @@ def cache_features(
         f"writing {need} bytes ({need / 2**30:.2f} GiB), {free / 2**30:.2f} GiB free"
     )
     if need > free:
-        raise ValueError(
+        raise DiskSpaceError(
             f"not enough free disk space in {out_dir}: the feature cache needs {need} bytes, {free} are free. "
-            "Free space, choose another feature_cache.dir, a smaller dtype, or train online (feature_cache.dir: null)"
+            "Free space, choose another features.dir, a smaller features.dtype, or train online (features.dir: null)"
         )
     _write_index(out_dir, index)
     bar = tqdm(total=index["num_tokens"], initial=index["num_tokens"] - sum(s["num_tokens"] for s in todo),
