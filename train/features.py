@@ -91,16 +91,19 @@ class OnlineFeatures:
         if decoder is self.model:
             decoder = None
         if self.decoder_only:
-            fused, final, _ = self._run(decoder, batch, full=False)
-        else:
-            # The full forward calls the decoder: its output, seen through a hook, must be exactly what
-            # lm_head receives for the shortcut to be taken from the next batch on.
-            check = self.decoder_only is None and decoder is not None
-            fused, final, seen = self._run(self.model, batch, full=True, decoder=decoder if check else None)
-            if self.decoder_only is None:
-                hidden = getattr(seen, "last_hidden_state", None)
-                self.decoder_only = (hidden is not None and final is not None and hidden.shape == final.shape
-                                     and torch.equal(hidden, final))
+            try:
+                fused, final, _ = self._run(decoder, batch, full=False)
+                return {**batch, "fused": fused, "final_hidden": final}
+            except TypeError:  # a decoder whose forward takes other arguments: keep the full forward
+                self.decoder_only = False
+        # The full forward calls the decoder: its output, seen through a hook, must be exactly what
+        # lm_head receives for the shortcut to be taken from the next batch on.
+        check = self.decoder_only is None and decoder is not None
+        fused, final, seen = self._run(self.model, batch, full=True, decoder=decoder if check else None)
+        if self.decoder_only is None:
+            hidden = getattr(seen, "last_hidden_state", None)
+            self.decoder_only = (hidden is not None and final is not None and hidden.shape == final.shape
+                                 and torch.equal(hidden, final))
         return {**batch, "fused": fused, "final_hidden": final}
 
 

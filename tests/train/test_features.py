@@ -244,3 +244,19 @@ def test_source_of_serves_the_final_state_to_an_eagle1_head(cached):
     assert ds.source_of([4]) == "final_hidden"  # id L: the final-normed state every cache stores
     with pytest.raises(ValueError, match=f"feature cache {cached} holds layer ids .*the head reads \\[1, 2, 3\\]"):
         ds.source_of([1, 2, 3])
+
+
+def test_decoder_that_rejects_the_call_falls_back_to_the_full_forward(dataset, target, monkeypatch):
+    batch = collate_tokens([dataset[i] for i in range(BATCH)])
+    online = OnlineFeatures(target, LAYERS)
+    reference = online(batch)
+    assert online.decoder_only
+
+    class Picky(torch.nn.Module):  # same hidden states through the hook, but no use_cache argument
+        def forward(self, input_ids, attention_mask):
+            raise AssertionError("not reached")
+
+    monkeypatch.setattr(target, "get_decoder", lambda: Picky())
+    out = online(batch)
+    assert online.decoder_only is False
+    assert torch.equal(out["fused"], reference["fused"]) and torch.equal(out["final_hidden"], reference["final_hidden"])
