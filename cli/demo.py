@@ -72,7 +72,7 @@ def _base_sizes(size: str) -> dict:
             prompts=6, prompt_chars=80, first_token_rows=200)
     return dict(
         target=None,
-        draft_lm=None,  # shipped: demo_target.DRAFT_LM_ASSETS_DIR (1 layer, 1500 steps; its recipe.json has the command)
+        draft_lm=None,  # shipped: demo_target.DRAFT_LM_ASSETS_DIR (1 layer, 1500 steps; command in its recipe.json)
         head=[],
         # Tune on 4 prompts (32 x 0.125) over gamma 2..6, report on 8 held-out test prompts.
         eval=["--max-prompts", "8", "--max-new-tokens", "64", "--gamma", "auto:2..6", "--tune-fraction", "0.125"],
@@ -155,7 +155,8 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
         except DiskSpaceError as exc:  # nothing was written; each head runs the target itself instead
             shutil.rmtree(out / "features", ignore_errors=True)
             features = None
-            _say(f"features: {exc}. Training with online features instead (the target then runs in every step of both heads: slower)")
+            _say(f"features: {exc}. Training with online features instead (the target then runs in every "
+                 "step of both heads: slower)")
         if features is not None:
             if "eagle3" in todo:  # prepare counted the draft vocabulary next to the features
                 from eaglehead.train.recipe import VOCAB_FILE
@@ -237,9 +238,10 @@ def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
 
         model, _, recipe = load_demo_draft_lm()
         path = Path(model.config._name_or_path)
+        results = recipe["results"]
         _say(f"draft LM: the shipped {model.config.num_hidden_layers}-layer Llama (same corpus and tokenizer, "
-             f"{recipe['results']['steps_done']} steps; held-out loss {recipe['results']['heldout_loss_shipped']:.2f}), "
-             "verified by its sha256 hashes")
+             f"{results['steps_done']} steps; held-out loss {results['heldout_loss_shipped']:.2f}), verified by its "
+             "sha256 hashes")
         _same_tokenizer(target_dir, path)
         return path
     path = out / "draft_lm"
