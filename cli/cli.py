@@ -210,8 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="runs/demo", help="output directory (reused as a cache on the next run)")
     d.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: toy sizes, seconds (CI)")
     d.add_argument("--head-steps", type=int, default=None,
-                   help="training steps for each head (default: configs/demo.yaml's 325, sized for a 20-minute "
-                        "cold run on 2 cores; 750 reach ~0.8 agreement with the target, see BENCHMARKS.md)")
+                   help="training steps for each head (default: configs/demo.yaml's optim.max_steps, 550, sized "
+                        "for a cold run under 20 minutes on 2 cores; each extra step adds ~1.1 s)")
     d.set_defaults(func=cmd_demo)
     return parser
 
