@@ -39,6 +39,16 @@ def _say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
+def _stamped(path: Path, key: str) -> bool:
+    """Whether ``path`` was built from the inputs hashed into ``key`` (its ``demo_key`` file says so)."""
+    stamp = path / "demo_key"
+    return stamp.is_file() and stamp.read_text() == key
+
+
+def _stamp(path: Path, key: str) -> None:
+    (path / "demo_key").write_text(key)
+
+
 def _key(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -94,12 +104,12 @@ def stage_target(out: Path, sizes: dict) -> tuple[str, str]:
         return model.config._name_or_path, recipe_key(recipe)
     path = out / "target"
     want = _key(sizes["target"].__dict__)
-    if (path / "demo_key").is_file() and (path / "demo_key").read_text() == want:
+    if _stamped(path, want):
         return str(path), recipe_key(read_recipe(path))
     _say(f"target: building a toy target in {path}")
     shutil.rmtree(path, ignore_errors=True)
     build(sizes["target"], path, progress=False)
-    (path / "demo_key").write_text(want)
+    _stamp(path, want)
     return str(path), recipe_key(read_recipe(path))
 
 
@@ -134,8 +144,7 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
         run = out / kind
         overrides, cfg = _head_config(out, kind, target_dir, sizes)
         keys[kind] = _key({"config": dump_config(cfg), "target": target_key})
-        stamp = run / "demo_key"
-        if stamp.is_file() and stamp.read_text() == keys[kind]:
+        if _stamped(run, keys[kind]):
             try:
                 load_pretrained(run / "head")
                 _say(f"{kind} head: cached in {run / 'head'} (inputs unchanged)")
@@ -187,7 +196,7 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
                 tail = (out / kind / "train.log").read_text()[-3000:]
                 raise RuntimeError(f"training the {kind} head failed (exit {p.returncode}); the end of "
                                    f"{out / kind / 'train.log'}:\n{tail}")
-            (out / kind / "demo_key").write_text(keys[kind])
+            _stamp(out / kind, keys[kind])
             summary = json.loads((out / kind / "summary.json").read_text())["metrics"]
             accs = " ".join(f"{summary[k]:.2f}" for k in sorted(summary) if k.startswith("acc_"))
             _say(f"{kind} head: trained; last logged per-step accuracy vs the target's top token: {accs}")
@@ -211,12 +220,11 @@ def stage_features(out: Path, target_dir: str, target_key: str, sizes: dict) -> 
     cfg = replace(cfg, output_dir=str(path))
     want = _key({"data": dump_config(cfg.data), "features": dump_config(cfg.features), "target": target_key,
                  "layers": cfg.head.fused_layer_ids, "vocab": cfg.head.draft_vocab_size})
-    stamp = path / "demo_key"
-    if path.exists() and not (stamp.is_file() and stamp.read_text() == want):
+    if path.exists() and not _stamped(path, want):
         _say(f"features: recipe or target changed since {path} was written; rebuilding")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(want)  # an interrupted cache is resumed shard by shard (cache_features checks the data)
+    _stamp(path, want)  # an interrupted cache is resumed shard by shard (cache_features checks the data)
     _say(f"features: running the target once over the training data for both heads -> {path}")
     prepare(cfg, cache_dir=str(path), device="cpu")
     return path
@@ -249,13 +257,13 @@ def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
     if sizes["target"] is not None:  # the toy target: match its vocabulary and corpus
         settings = replace(settings, vocab=sizes["target"].vocab, corpus_limit=sizes["target"].corpus_limit)
     want = _key(settings.__dict__)
-    if (path / "demo_key").is_file() and (path / "demo_key").read_text() == want:
+    if _stamped(path, want):
         _say(f"draft LM: cached in {path}")
     else:
         _say(f"draft LM: training a {settings.layers}-layer Llama for {settings.steps} steps (same corpus and tokenizer)")
         shutil.rmtree(path, ignore_errors=True)
         build(settings, path, progress=True, desc="draft LM")
-        (path / "demo_key").write_text(want)
+        _stamp(path, want)
     _same_tokenizer(target_dir, path)
     return path
 

@@ -46,7 +46,6 @@ class Eagle3Drafter:
         self.feature_layer_ids = list(head.config.fused_layer_ids)
         self.sampling = sampling  # None: the target's sampling config
         self.cache: DraftKVCache | None = None
-        self._target_ids = head.target_ids  # [Vd]: target id of each draft id (buffers are fixed while drafting)
 
     # Pending rows: features [B, P, kH] (target features, projected lazily), tokens [B, P], valid [B, P].
     def begin(self, input_ids, valid, target_features) -> None:
@@ -89,11 +88,11 @@ class Eagle3Drafter:
         for i in range(gamma):
             logits = head.logits(h[:, -1])  # [B, Vd]
             if sampling.greedy:  # q is the point mass at the argmax (lowest id on ties, as probs() does)
-                d = self._target_ids[logits.argmax(-1)]  # [B] target ids
+                d = head.draft_to_target(logits.argmax(-1))  # [B] target ids
                 q = torch.zeros(bsz, self.vocab_size, device=dev).scatter_(1, d[:, None], 1.0)
             else:
                 q_draft = probs(logits, sampling)  # [B, Vd]
-                d = self._target_ids[sample_from(q_draft, generator)]
+                d = head.draft_to_target(sample_from(q_draft, generator))
                 q = head.to_target_probs(q_draft)
             drafts.append(d)
             qs.append(q)  # zero outside the draft vocabulary

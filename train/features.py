@@ -65,6 +65,8 @@ class OnlineFeatures:
         self.model = target_model.eval()
         self.taps = FeatureTaps(target_model, layer_ids, capture_final=True)
         self.layer_ids = self.taps.layer_ids
+        decoder = target_model.get_decoder() if hasattr(target_model, "get_decoder") else None
+        self.decoder = decoder if decoder is not target_model else None  # the model without lm_head, if any
         self.decoder_only: bool | None = None  # decided on the first batch
 
     def _run(self, module, batch, full: bool, decoder=None):
@@ -87,9 +89,7 @@ class OnlineFeatures:
     def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
-        if decoder is self.model:
-            decoder = None
+        decoder = self.decoder
         if self.decoder_only:
             try:
                 fused, final, _ = self._run(decoder, batch, full=False)

@@ -76,20 +76,19 @@ def _shift(x: torch.Tensor, i: int, fill: float | int = 0) -> torch.Tensor:
     return torch.cat([x[:, i:], pad], dim=1)
 
 
-def target_outputs(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor, target_ids: torch.Tensor,
+def target_outputs(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor, head: Eagle3Head,
                    chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's logits restricted to the draft vocabulary ``[B, T, Vd]`` (float32) and its full-vocabulary
-    argmax ``[B, T]``, from one ``lm_head`` product per chunk of ``chunk`` rows (full logits are never held
-    for more than one chunk: ``chunk x V`` floats)."""
+    """The target's logits restricted to ``head``'s draft vocabulary ``[B, T, Vd]`` (float32) and its
+    full-vocabulary argmax ``[B, T]``, from one ``lm_head`` product per chunk of ``chunk`` rows (full
+    logits are never held for more than one chunk: ``chunk x V`` floats)."""
     flat = final_hidden.reshape(-1, final_hidden.shape[-1]).to(lm_head_weight.dtype)
-    ids = target_ids.to(lm_head_weight.device)
     logits, top = [], []
     for s in range(0, flat.shape[0], chunk):
         full = F.linear(flat[s: s + chunk], lm_head_weight)  # [chunk, V]
         top.append(full.argmax(-1))
-        logits.append(full.index_select(-1, ids).float())
+        logits.append(head.restrict_to_draft(full).float())
     shape = final_hidden.shape[:-1]
-    return torch.cat(logits).view(*shape, ids.numel()), torch.cat(top).view(shape)
+    return torch.cat(logits).view(*shape, -1), torch.cat(top).view(shape)
 
 
 def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor, attention_mask: torch.Tensor,
@@ -151,7 +150,7 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
     positions_ok = loss_positions(batch["loss_mask"], amask, depth)  # [depth, B, R]
     with torch.no_grad():
         # [B, T, Vd] logits within the draft vocabulary, [B, T] full-vocabulary top token (target ids)
-        tgt_logits, tgt_top = target_outputs(batch["final_hidden"], lm_head_weight, head.target_ids)
+        tgt_logits, tgt_top = target_outputs(batch["final_hidden"], lm_head_weight, head)
         if labels == "soft":
             tgt_p = torch.softmax(tgt_logits, dim=-1)  # restricted to the draft vocab and renormalised
         else:

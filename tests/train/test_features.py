@@ -256,7 +256,7 @@ def test_decoder_that_rejects_the_call_falls_back_to_the_full_forward(dataset, t
         def forward(self, input_ids, attention_mask):
             raise AssertionError("not reached")
 
-    monkeypatch.setattr(target, "get_decoder", lambda: Picky())
+    monkeypatch.setattr(online, "decoder", Picky())
     out = online(batch)
     assert online.decoder_only is False
     assert torch.equal(out["fused"], reference["fused"]) and torch.equal(out["final_hidden"], reference["final_hidden"])

@@ -138,7 +138,7 @@ def test_target_outputs_match_a_float64_reference_in_any_chunking(target, chunk)
     head = make_head(target, draft_vocab=20)
     hidden = torch.randn(3, 7, target.config.hidden_size, generator=torch.Generator().manual_seed(2))
     w = target.get_output_embeddings().weight
-    logits, top = target_outputs(hidden, w, head.target_ids, chunk=chunk)
+    logits, top = target_outputs(hidden, w, head, chunk=chunk)
     ref = hidden.double() @ w.double().T  # [3, 7, V]
     assert logits.shape == (3, 7, 20) and logits.dtype == torch.float32 and top.shape == (3, 7)
     torch.testing.assert_close(logits.double(), ref[..., head.target_ids], atol=1e-5, rtol=1e-5)
