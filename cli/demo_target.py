@@ -1,43 +1,25 @@
 """The demo's target LM: a small Llama trained once on the Python standard library, shipped with its recipe.
 
-Reproduce the shipped artifact (``cli/assets/demo_target/``) exactly, on one CPU thread::
+Reproduce the shipped artifact (``builtin/assets/demo_target/``) exactly, on one CPU thread::
 
-    python -m eaglehead.demo_target build --out cli/assets/demo_target --steps 1500
+    python -m eaglehead.demo_target build --out builtin/assets/demo_target --steps 1500
 
 (``recipe.json`` holds the exact command, with every setting spelled out.) Time one training step of
 a configuration without data: ``python -m eaglehead.demo_target bench [--layers 10 --width 192]``.
 
-Corpus. Every machine has it: the ``*.py`` files of the running Python's ``Lib/`` (without ``test/``,
-``tests/``, ``idle_test/``, ``idlelib/``, ``site-packages/``, ``__pycache__``) plus each entry of
-``pydoc_data.topics.topics`` as its own file ``pydoc:<name>``. Three kinds of file are left out on
-purpose: ``pydoc_data/topics.py`` (it holds all the topic prose again, so a held-out topic would leak
-into training through it), the codec tables in ``encodings/`` (files defining ``decoding_table`` or
-``decoding_map``: 1.3 MB of ``'\\x00'  # 0x00`` lines that would teach tables and flatter any drafter),
-and platform build data (``_sysconfigdata*``, ``config-*``). A file is held out when the first 8 bytes
-of ``sha256(relative path)`` fall in the lowest 10 %: the decision depends only on the path, so a file
-held out here is held out on every Python version, and ``corpus_split()`` gives the demo's later steps
-the same held-out prompts. Python 3.11.7: 602 train files (9.0 MB, 2.49M tokens) and 78 held-out files
-(0.84 MB, 0.24M tokens).
+This module is the training recipe only. The corpus and its held-out split are
+:mod:`eaglehead.builtin.corpus`; locating, verifying and loading the shipped artifact is
+:mod:`eaglehead.builtin.shipped`. The measurements behind each choice are in BENCHMARKS.md.
 
-Design (measured on a 2-core AMD EPYC VM, torch 2.13 CPU, transformers 5.24):
+Design:
 
-* Vocabulary 4096, byte-level BPE. At width 192 the tied embedding is then 0.8M parameters instead of
-  1.6M, the output softmax costs half of a 8192 one in every target step and in every draft-head step
-  (the draft head has no cheap layers to hide it behind), and with only ~3M training tokens each entry
-  is seen more often. The training part tokenizes at 3.60 bytes per token at 4096 against 3.93 at 8192:
-  9 % more tokens for half the softmax.
-* 10 layers x 192, 3 heads of 64, SwiGLU 512, tied embeddings: 5.2M parameters, 4.4M outside the
-  embedding. A decoding step of a model this small is call overhead: ~1.5-2 ms per forward plus ~0.6-0.7 ms
-  per layer at width 192-256, almost independent of width. Depth therefore sets the target's step cost
-  (one thread, 64-token prompt: 10.7 ms best, 15.6 ms median on a busy machine; ~20 lean draft-head
-  steps of ~0.5 ms) and width sets the training cost. Width 192
-  instead of 256 needs (256/192)^2 = 1.8x fewer matmul FLOPs per token at the same depth, and a fixed CPU
-  budget is better spent on more tokens than on more parameters: a 10.4M model that saw ~1.2 epochs in 40
-  minutes generalised badly (held-out 4.7). One training step (16 x 256 tokens) takes ~3.1 s on one uncontended
-  thread (65 GFLOP/s in the matmuls, which are 63 % of the step; attention 15 %), so 1500 steps are ~80
-  minutes and 6.1M tokens, 2.5 epochs of the 2.49M training tokens. Repeating data for a few epochs
-  costs almost nothing (Muennighoff et al. 2023), and deep-and-thin beats wide-and-shallow at this size
-  (MobileLLM, Liu et al. 2024).
+* Vocabulary 4096, byte-level BPE: a small tied embedding and a cheap output softmax in every target
+  and draft-head step, and each entry is seen often in a few million training tokens.
+* 10 layers x 192, 3 heads of 64, SwiGLU 512, tied embeddings. A decoding step of a model this small is
+  call overhead plus a per-layer cost almost independent of width, so depth sets the target's step
+  cost and width sets the training cost; a fixed CPU budget is better spent on more tokens than on
+  more parameters. Repeating data for a few epochs costs almost nothing (Muennighoff et al. 2023), and
+  deep-and-thin beats wide-and-shallow at this size (MobileLLM, Liu et al. 2024).
 * AdamW (0.9, 0.95), weight decay 0.1 on matrices only, peak lr 1.5e-3, 100 warm-up steps, cosine to
   10 %, gradient clipping at 1.0, batches of 16 packed chunks of 256 tokens with ``<|endoftext|>``
   after every file. No dropout: 2.5 epochs do not overfit a model this size.
@@ -47,108 +29,29 @@ Design (measured on a 2-core AMD EPYC VM, torch 2.13 CPU, transformers 5.24):
   same machine and torch build gives bit-identical weights; other CPUs may differ in the last bits.
 * The artifact (rewritten every ~10 minutes, so a usable target exists before the end) is the
   ``save_pretrained`` layout in float16 (10 mantissa bits against bfloat16's 7: closer to the trained
-  float32 weights, and the range is ample for weights of this size), ~11 MB. Decoding loads it in
-  float32: ``load_demo_target()`` does; ``from_pretrained`` would default to the stored float16.
-
-API::
-
-    train_files, heldout_files = corpus_split()          # lists of (file id, text)
-    corpus_fingerprint(train_files + heldout_files)      # sha256 of the ids and their contents
-    model, tokenizer, recipe = load_demo_target()        # float32, eval mode, from the user's cache
-    recipe_key(recipe)                                   # sha256 of the recipe inputs
+  float32 weights, and the range is ample for weights of this size). Decoding loads it in float32
+  (``eaglehead.builtin.shipped.load_demo_target``); ``from_pretrained`` would default to the stored float16.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import math
 import os
 import shutil
 import sys
-import sysconfig
 import time
-import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-RECIPE_VERSION = 1
+from eaglehead.builtin.corpus import HELDOUT_FRACTION, corpus_fingerprint, corpus_split
+from eaglehead.builtin.shipped import RECIPE_VERSION, file_sha256, recipe_key
+
 EOS = "<|endoftext|>"
-HELDOUT_FRACTION = 0.1
-ASSETS_DIR = Path(__file__).resolve().parent / "assets" / "demo_target"
-# The demo's draft-LM baseline: the same recipe at one layer (its command is in its recipe.json).
-DRAFT_LM_ASSETS_DIR = ASSETS_DIR.parent / "draft_lm"
-_EXCLUDED_DIRS = {"test", "tests", "idle_test", "idlelib", "site-packages", "__pycache__"}
 _ARTIFACT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                    "tokenizer_config.json", "special_tokens_map.json")
-
-
-# ----------------------------------------------------------------------------------------- corpus
-
-def _is_excluded(rel: str, text: str) -> bool:
-    parts = rel.split("/")
-    if set(parts[:-1]) & _EXCLUDED_DIRS or parts[0].startswith("config-") or parts[-1].startswith("_sysconfigdata"):
-        return True
-    tables = "decoding_table = (" in text or "decoding_map" in text
-    return rel == "pydoc_data/topics.py" or (parts[0] == "encodings" and tables)
-
-
-def is_heldout(file_id: str) -> bool:
-    """True when ``file_id`` belongs to the held-out part: a stable function of the id alone."""
-    return int.from_bytes(hashlib.sha256(file_id.encode()).digest()[:8], "big") < HELDOUT_FRACTION * 2 ** 64
-
-
-def corpus_files(stdlib: str | os.PathLike | None = None) -> list[tuple[str, str]]:
-    """All corpus files as (id, text), sorted by id: stdlib sources by relative path, then ``pydoc:<topic>``."""
-    import pydoc_data.topics
-
-    root = Path(stdlib or sysconfig.get_paths()["stdlib"])
-    if not root.is_dir():
-        raise ValueError(f"stdlib: expected a directory of Python sources, got {str(root)!r}")
-    files = []
-    for path in root.rglob("*.py"):
-        rel = path.relative_to(root).as_posix()
-        # Bytes decoded as UTF-8 so the text does not depend on the locale; a few old files are Latin-1.
-        text = path.read_bytes().decode("utf-8", errors="replace")
-        if not _is_excluded(rel, text):
-            files.append((rel, text))
-    files.sort()
-    files += sorted((f"pydoc:{name}", text) for name, text in pydoc_data.topics.topics.items())
-    return files
-
-
-def corpus_split(limit: int | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(train_files, heldout_files), each a list of (id, text) sorted by id; ``limit`` keeps the first few of each."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit: expected a positive number of files or None, got {limit}")
-    files = corpus_files()
-    train = [f for f in files if not is_heldout(f[0])][:limit]
-    heldout = [f for f in files if is_heldout(f[0])][:limit]
-    return train, heldout
-
-
-def heldout_excerpts(chars: int) -> list[tuple[str, str]]:
-    """(file id, excerpt) of every held-out file with at least ``chars`` characters: ``chars`` characters
-    from a third of the way in (inside the file, not only license headers), starting at a line."""
-    out = []
-    for file_id, text in corpus_split()[1]:
-        body = text.lstrip()
-        if len(body) < chars:
-            continue
-        start = len(body) // 3
-        cut = body[start:start + chars]
-        out.append((file_id, cut[cut.find("\n") + 1:] if "\n" in cut else cut))
-    return out
-
-
-def corpus_fingerprint(files: list[tuple[str, str]]) -> str:
-    """sha256 over the sorted file ids and the sha256 of each file's text."""
-    h = hashlib.sha256()
-    for file_id, text in sorted(files):
-        h.update(f"{file_id}\0{hashlib.sha256(text.encode()).hexdigest()}\n".encode())
-    return h.hexdigest()
 
 
 # -------------------------------------------------------------------------------------- tokenizer
@@ -218,30 +121,9 @@ def model_config(s: Settings, eos_id: int):
                        eos_token_id=eos_id, pad_token_id=eos_id)
 
 
-def recipe_key(recipe: dict | None = None) -> str:
-    """sha256 of a recipe's ``inputs`` (canonical JSON); default: the shipped recipe.json."""
-    if recipe is None:
-        recipe = read_recipe(ASSETS_DIR)
-    if "inputs" not in recipe:
-        raise ValueError("recipe: expected a dict with an 'inputs' key (the content of recipe.json)")
-    return hashlib.sha256(json.dumps(recipe["inputs"], sort_keys=True).encode()).hexdigest()
-
-
-def read_recipe(directory: str | os.PathLike) -> dict:
-    path = Path(directory) / "recipe.json"
-    if not path.is_file():
-        raise ValueError(f"{path}: expected a demo-target recipe.json; build one with "
-                         f"`python -m eaglehead.demo_target build --out {directory}`")
-    return json.loads(path.read_text())
-
-
 def command_for(s: Settings, out: str, stop_at: int | None) -> str:
     flags = " ".join(f"--{f.name.replace('_', '-')} {getattr(s, f.name)}" for f in fields(s))
     return f"python -m eaglehead.demo_target build --out {out} {flags}" + (f" --stop-at {stop_at}" if stop_at else "")
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------- training
@@ -337,6 +219,39 @@ def _save(model, tokenizer, out: Path, recipe: dict, eval_sets: dict, batch: int
     os.replace(out / "recipe.json.tmp", out / "recipe.json")
 
 
+def _recipe_inputs(s: Settings, train_files, heldout_files, train_chunks, model) -> dict:
+    """Everything a build depends on, as recorded in recipe.json (its sha256 is the recipe key)."""
+    return {"recipe_version": RECIPE_VERSION, "settings": asdict(s),
+            "corpus": {"fingerprint": corpus_fingerprint(train_files + heldout_files),
+                       "train_files": len(train_files), "heldout_files": len(heldout_files),
+                       "heldout_rule": f"sha256(id)[:8] < {HELDOUT_FRACTION} * 2**64",
+                       "train_tokens": int(train_chunks[:, 1:].numel())},
+            "tokenizer": {"model": "byte-level BPE", "vocab_size": s.vocab, "min_frequency": 2,
+                          "special_tokens": [EOS], "eos_pad": EOS},
+            "model": {"class": "LlamaForCausalLM", "parameters": model.num_parameters(),
+                      "config": {k: v for k, v in model.config.to_diff_dict().items()
+                                 if k not in ("transformers_version", "dtype")}}}
+
+
+def _versions() -> dict:
+    import tokenizers
+    import torch
+    import transformers
+
+    return {"python": sys.version.split()[0], "torch": torch.__version__,
+            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+
+
+def _recipe(s: Settings, out: str, inputs: dict, step: int, versions: dict, results: dict) -> dict:
+    """recipe.json of the weights after ``step`` steps (``partial`` before ``s.steps``), keyed by its inputs."""
+    stopped = None if step == s.steps else step
+    recipe = {"recipe_version": RECIPE_VERSION, "inputs": inputs | {"stop_at": step},
+              "status": "complete" if step == s.steps else "partial", "versions": versions,
+              "command": command_for(s, out, stopped), "results": results, "log": "train.log"}
+    recipe["key"] = recipe_key(recipe)
+    return recipe
+
+
 def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, stop_at: int | None = None,
           threads: int = 1, save_every_seconds: float = 600.0, progress: bool = True,
           desc: str = "demo target") -> dict:
@@ -345,9 +260,7 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
     ``seconds`` and ``stop_at`` end the run early without changing the schedule (the artifact records the
     step it stopped at). The torch thread count is set to ``threads`` for the run and restored afterwards.
     """
-    import tokenizers
     import torch
-    import transformers
     from tqdm import tqdm
     from transformers import LlamaForCausalLM
 
@@ -368,18 +281,8 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
         torch.manual_seed(s.seed)
         model = LlamaForCausalLM(model_config(s, tokenizer.eos_token_id)).float().train()
         opt = _optimizer(model, s)
-        versions = {"python": sys.version.split()[0], "torch": torch.__version__,
-                    "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
-        inputs = {"recipe_version": RECIPE_VERSION, "settings": asdict(s),
-                  "corpus": {"fingerprint": corpus_fingerprint(train_files + heldout_files),
-                             "train_files": len(train_files), "heldout_files": len(heldout_files),
-                             "heldout_rule": f"sha256(id)[:8] < {HELDOUT_FRACTION} * 2**64",
-                             "train_tokens": int(train_chunks[:, 1:].numel())},
-                  "tokenizer": {"model": "byte-level BPE", "vocab_size": s.vocab, "min_frequency": 2,
-                                "special_tokens": [EOS], "eos_pad": EOS},
-                  "model": {"class": "LlamaForCausalLM", "parameters": model.num_parameters(),
-                            "config": {k: v for k, v in model.config.to_diff_dict().items()
-                                       if k not in ("transformers_version", "dtype")}}}
+        versions = _versions()
+        inputs = _recipe_inputs(s, train_files, heldout_files, train_chunks, model)
         log = open(out_dir / "train.log", "w")
         log.write(f"# {command_for(s, str(out), stop_at)}\n# versions {json.dumps(versions)}\n")
         last = s.steps if stop_at is None else stop_at
@@ -416,11 +319,7 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
             bar.set_postfix(loss=results["running_train_loss"], heldout=results["heldout_loss"])
             # Saved only right after an evaluation, so that recipe.json's losses describe the saved weights.
             if done or time.monotonic() - last_save > save_every_seconds:
-                stopped = None if step == s.steps else step
-                recipe = {"recipe_version": RECIPE_VERSION, "inputs": inputs | {"stop_at": step},
-                          "status": "complete" if step == s.steps else "partial", "versions": versions,
-                          "command": command_for(s, str(out), stopped), "results": results, "log": "train.log"}
-                recipe["key"] = recipe_key(recipe)
+                recipe = _recipe(s, str(out), inputs, step, versions, results)
                 _save(model, tokenizer, out_dir, recipe, eval_sets, s.batch)
                 last_save = time.monotonic()
             model.train()
@@ -458,79 +357,6 @@ def bench_step(s: Settings, steps: int = 3, threads: int = 1) -> dict:
                 "threads": threads}
     finally:
         torch.set_num_threads(previous_threads)
-
-
-# ---------------------------------------------------------------------------------------- loading
-
-def _cache_root(name: str = "demo-target") -> Path:
-    from eaglehead.train.builtin import cache_root
-
-    return cache_root() / name
-
-
-def _problems(directory: Path, recipe: dict) -> list[str]:
-    """What is wrong with an artifact directory, compared with ``recipe``'s file hashes (empty: nothing)."""
-    problems = []
-    for name, digest in recipe.get("files", {}).items():
-        path = directory / name
-        if not path.is_file():
-            problems.append(f"{name} is missing")
-        elif file_sha256(path) != digest:
-            problems.append(f"{name} does not match its sha256 in recipe.json (corrupted)")
-    return problems
-
-
-def load_demo_target(cache_dir: str | os.PathLike | None = None, assets_dir: str | os.PathLike | None = None):
-    """(model, tokenizer, recipe): the shipped target in float32 and eval mode, read from the user's cache.
-
-    The artifact is copied from ``assets_dir`` (default: the package's ``assets/demo_target``) into
-    ``cache_dir/<recipe_key>/`` (default ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``eaglehead/demo-target``).
-    A cached copy whose files do not match the hashes in recipe.json, or whose recipe differs from the
-    shipped one, is reported with a warning and copied again. A shipped artifact that fails its own hashes
-    raises ValueError with the command that rebuilds it.
-    """
-    return _load_shipped(Path(assets_dir) if assets_dir is not None else ASSETS_DIR,
-                         Path(cache_dir) if cache_dir is not None else _cache_root(), "demo target")
-
-
-def load_demo_draft_lm(cache_dir: str | os.PathLike | None = None, assets_dir: str | os.PathLike | None = None):
-    """(model, tokenizer, recipe): the shipped 1-layer draft LM (the demo's ``draft-lm`` baseline), like
-    :func:`load_demo_target` (default cache ``~/.cache/eaglehead/draft-lm``, assets ``assets/draft_lm``)."""
-    return _load_shipped(Path(assets_dir) if assets_dir is not None else DRAFT_LM_ASSETS_DIR,
-                         Path(cache_dir) if cache_dir is not None else _cache_root("draft-lm"), "demo draft LM")
-
-
-def _load_shipped(assets: Path, cache_dir: Path, what: str):
-    import torch
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
-
-    recipe = read_recipe(assets)
-    if not recipe.get("files"):
-        raise ValueError(f"{assets / 'recipe.json'}: expected a 'files' table of sha256 hashes")
-    problems = _problems(assets, recipe)
-    if problems:
-        raise ValueError(f"shipped {what} in {assets} is damaged ({'; '.join(problems)}); rebuild it with: "
-                         f"{recipe.get('command', 'python -m eaglehead.demo_target build')}")
-    if recipe.get("recipe_version") != RECIPE_VERSION:
-        warnings.warn(f"{assets}: built by demo-target recipe version {recipe.get('recipe_version')}, this code is "
-                      f"version {RECIPE_VERSION}; rebuild with `python -m eaglehead.demo_target build --out {assets}`")
-    target = cache_dir / recipe_key(recipe)
-    if target.exists():
-        cached = json.loads((target / "recipe.json").read_text()) if (target / "recipe.json").is_file() else None
-        problems = ["recipe.json differs from the shipped recipe"] if cached != recipe else _problems(target, recipe)
-        if problems:
-            warnings.warn(f"cached {what} {target}: {'; '.join(problems)}; copying it again from {assets}")
-            shutil.rmtree(target)
-    if not target.exists():
-        staging = target.with_name(f"{target.name}.tmp{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        for name in list(recipe["files"]) + ["recipe.json"]:
-            shutil.copyfile(assets / name, staging / name)
-        os.replace(staging, target)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(target)
-    model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    return model, tokenizer, recipe
 
 
 # ------------------------------------------------------------------------------------ command line

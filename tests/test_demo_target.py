@@ -11,9 +11,10 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from eaglehead.demo_target import (ASSETS_DIR, DRAFT_LM_ASSETS_DIR, HELDOUT_FRACTION, RECIPE_VERSION, Settings, build,
-                                   corpus_files, corpus_fingerprint, corpus_split, file_sha256, is_heldout,
-                                   load_demo_draft_lm, load_demo_target, main, read_recipe, recipe_key)
+from eaglehead.builtin.corpus import HELDOUT_FRACTION, corpus_files, corpus_fingerprint, corpus_split, is_heldout
+from eaglehead.builtin.shipped import (ASSETS_DIR, DRAFT_LM_ASSETS_DIR, RECIPE_VERSION, file_sha256, load_demo_draft_lm,
+                                       load_demo_target, read_recipe, recipe_key)
+from eaglehead.demo_target import Settings, build, main
 
 # A few seconds per build: 2 layers x 32, vocab 512, 3 steps over the first 5 train and 5 held-out files.
 TINY = Settings(steps=3, warmup=1, vocab=512, layers=2, width=32, heads=2, intermediate=64, seq_len=32, batch=2,

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 import torch
+from eaglehead.builtin.devices import DTYPES
 from eaglehead.draftheads.taps import FeatureTaps
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
@@ -41,7 +42,6 @@ from tqdm.auto import tqdm
 
 from .data import collate_tokens
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 INDEX = "index.json"
 FORMAT_VERSION = 1
 

@@ -25,6 +25,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from eaglehead.builtin.corpus import resolve_sources
+from eaglehead.builtin.devices import resolve_dtype
+from eaglehead.builtin import models
 from eaglehead.draftheads import checkpoint as ckpt_io
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle1 import Eagle1Head
@@ -50,8 +53,7 @@ class HeadConfig:
     intermediate_size: int | None = None  # default: the target's
     init_from: str | None = None  # a head directory to start from
     # target: lm_head starts as the target's output rows of the draft vocabulary and the final norm as the
-    # target's final RMSNorm (measured on the demo: held-out greedy agreement at depth 1 0.46 -> 0.54 after
-    # 150 steps, 0.59 -> 0.67 after 325; BENCHMARKS.md); random: PyTorch's default initialisation.
+    # target's final RMSNorm (it raises held-out agreement: BENCHMARKS.md); random: PyTorch's default.
     lm_head_init: Literal["target", "random"] = "target"
 
 
@@ -130,7 +132,7 @@ class RolloutModule(nn.Module):
 
 def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> Eagle3Head:
     if cfg.head.init_from:
-        head = ckpt_io.import_eagle3(cfg.head.init_from, target_config=target.config)
+        head = ckpt_io.load_head(cfg.head.init_from, target_config=target.config)
         return head
     overrides = {}
     if cfg.head.fused_layer_ids is not None:
@@ -184,12 +186,6 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def _target_dtype(name: str, device_type: str) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device_type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -235,16 +231,10 @@ class CheckpointStore:
 
 
 def load_target(cfg: ModelConfig, device: torch.device):
-    """The frozen target and its tokenizer (``from_pretrained`` on a hub id or a local path)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .builtin import resolve_target
-
-    path = resolve_target(cfg.target)
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
-    target = AutoModelForCausalLM.from_pretrained(path, dtype=_target_dtype(cfg.dtype, device.type),
-                                                  trust_remote_code=cfg.trust_remote_code)
-    target.to(device).eval().requires_grad_(False)
+    """The frozen target and its tokenizer (a hub id, a local path or a built-in name)."""
+    target, tok = models.load_target(cfg.target, dtype=resolve_dtype(cfg.dtype, device.type), device=device,
+                                      option="model.target", trust_remote_code=cfg.trust_remote_code)
+    target.requires_grad_(False)
     return target, tok
 
 
@@ -254,8 +244,6 @@ VOCAB_FILE = "draft_vocab.safetensors"
 def data_config(cfg: TrainConfig) -> DataConfig:
     """``cfg.data`` with built-in source names replaced by files (the saved config keeps the names)."""
     from dataclasses import replace
-
-    from .builtin import resolve_sources
 
     return replace(cfg.data, sources=resolve_sources(cfg.data.sources))
 

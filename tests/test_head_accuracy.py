@@ -6,12 +6,12 @@ from collections import Counter
 import pytest
 import torch
 
+from eaglehead import head_accuracy as ha
+from eaglehead.builtin.text import encode_prompt
 from eaglehead.decode import SamplingConfig, vanilla_generate
 from eaglehead.draftheads.checkpoint import save_pretrained
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
-from eaglehead.eval import head_accuracy as ha
-from eaglehead.eval.runner import encode_prompt
 from tests.tiny_models import save_tiny_target
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog."]
