@@ -1,0 +1,129 @@
+"""Chat data the target writes itself, on a tiny model: resumable after a kill with identical output,
+benchmark overlaps removed and counted, too few unique prompts is a named error."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from eaglehead import datagen
+from eaglehead.decode import SamplingConfig
+from eaglehead.train import chat_data as cd
+from tests.tiny_models import save_tiny_target
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_chat_target")
+    save_tiny_target(path, seed=3, layers=2)
+    return str(path)
+
+
+def _cfg(target, out, **synth):
+    s = dict(magpie_prompts=6, stdlib_prompts=3, pydoc_prompts=2, second_turn_fraction=0.5, max_new_tokens=6,
+             max_rounds=4, keep_unfinished=True)
+    s.update(synth)
+    return datagen.ChatDataConfig(target=target, out_dir=str(out), synthesis=datagen.SynthesisConfig(**s),
+                                  regenerate=datagen.RegenerateConfig(max_new_tokens=8, batch_size=3, shard_size=4))
+
+
+@pytest.fixture(autouse=True)
+def lenient_cleaning(monkeypatch):
+    # An untrained model writes noise that the real cleaner rejects; keep any non-empty text.
+    monkeypatch.setattr(cd, "clean_user_turn", lambda text, **kw: text.strip() or None)
+
+
+def test_killed_run_resumes_without_redoing_shards_and_writes_identical_data(target_dir, tmp_path, monkeypatch):
+    whole = datagen.run(_cfg(target_dir, tmp_path / "whole"))
+    assert whole["conversations"] == 11 and whole["followups"] >= 1
+    reference = (tmp_path / "whole" / "conversations.jsonl").read_bytes()
+
+    real_write = cd.write_shard
+    writes = {"n": 0}
+
+    def dying_write(path, rows):
+        if writes["n"] == 3 and Path(path).parent.name == "answer":
+            raise KeyboardInterrupt("killed")
+        writes["n"] += 1
+        real_write(path, rows)
+
+    monkeypatch.setattr(cd, "write_shard", dying_write)
+    with pytest.raises(KeyboardInterrupt):
+        datagen.run(_cfg(target_dir, tmp_path / "resumed"))
+    monkeypatch.setattr(cd, "write_shard", real_write)
+    done_before = sorted(p.name for p in (tmp_path / "resumed").rglob("*.jsonl"))
+    assert done_before and not (tmp_path / "resumed" / "conversations.jsonl").exists()
+
+    calls = {"n": 0}
+    real_sample = datagen.sample_batch
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real_sample(*a, **kw)
+
+    monkeypatch.setattr(datagen, "sample_batch", counting)
+    resumed = datagen.run(_cfg(target_dir, tmp_path / "resumed"))
+    assert (tmp_path / "resumed" / "conversations.jsonl").read_bytes() == reference
+    assert resumed["sha256"] == whole["sha256"]
+    # Finished shards are read back, not sampled again: fewer batches than the uninterrupted run needed.
+    monkeypatch.setattr(datagen, "sample_batch", real_sample)
+    calls_resumed = calls["n"]
+    calls["n"] = 0
+    monkeypatch.setattr(datagen, "sample_batch", counting)
+    import shutil
+    shutil.rmtree(tmp_path / "whole")
+    datagen.run(_cfg(target_dir, tmp_path / "whole"))
+    assert 0 < calls_resumed < calls["n"]
+
+
+def test_conversations_alternate_roles_and_answers_come_from_the_target(target_dir, tmp_path):
+    datagen.run(_cfg(target_dir, tmp_path))
+    rows = [json.loads(x) for x in (tmp_path / "conversations.jsonl").read_text().splitlines()]
+    for row in rows:
+        roles = [m["role"] for m in row["messages"]]
+        assert roles in (["user", "assistant"], ["user", "assistant", "user", "assistant"])
+    assert {r["source"] for r in rows} == {"magpie", "stdlib", "pydoc"}
+
+
+def test_planted_mtbench_question_is_removed_and_counted(target_dir, tmp_path, monkeypatch):
+    from eaglehead.builtin.mtbench import load_mtbench
+
+    question = load_mtbench()[10].turns[0]
+    monkeypatch.setattr(cd, "stdlib_task_prompts",
+                        lambda n, seed=0: [{"source": "stdlib", "prompt": question},
+                                           {"source": "stdlib", "prompt": "Explain Python's zip function."}])
+    manifest = datagen.run(_cfg(target_dir, tmp_path))
+    assert manifest["overlap"].get("mt-bench") == 1
+    text = (tmp_path / "conversations.jsonl").read_text()
+    assert question not in text and "zip function" in text
+
+
+def test_too_few_unique_prompts_is_an_error_saying_how_many(target_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"magpie_prompts=500: only \d+ clean unique user turns"):
+        datagen.run(_cfg(target_dir, tmp_path, magpie_prompts=500, max_rounds=1))
+
+
+def test_sample_batch_drops_finished_rows_and_matches_unbatched_greedy(target_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    greedy = SamplingConfig(temperature=0)
+    gen = torch.Generator().manual_seed(0)
+    batched, _ = datagen.sample_batch(model, prompts, sampling=greedy, max_new_tokens=7, eos_ids=set(),
+                                      pad_id=0, generator=gen)
+    for p, row in zip(prompts, batched):
+        with torch.no_grad():
+            ids = torch.tensor([p])
+            for _ in range(7):
+                ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], 1)
+        assert row == ids[0, len(p):].tolist()
+    # A row that hits EOS stops there (EOS included) while the others go on.
+    eos = batched[1][2]
+    rows, ended = datagen.sample_batch(model, prompts, sampling=greedy, max_new_tokens=7, eos_ids={eos},
+                                       pad_id=0, generator=gen)
+    assert rows[1] == batched[1][:batched[1].index(eos) + 1] and ended[1]
+    for b in (0, 2):  # the rows left in the compacted batch continue exactly as before
+        cut = batched[b].index(eos) + 1 if eos in batched[b] else 7
+        assert rows[b] == batched[b][:cut]
