@@ -1,6 +1,6 @@
 """The ``eaglehead`` command line: one thin module wiring the subcommands to the packages.
 
-    eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 5]
+    eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 4]
     eaglehead prepare --config configs/NAME.yaml [--cache-features DIR] [key=value ...]
     eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
     eaglehead export CKPT --format eagle3|speculators --out DIR
@@ -15,51 +15,25 @@ import json
 import sys
 from pathlib import Path
 
-
-def _dtype(name: str):
-    import torch
-
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name not in table:
-        raise ValueError(f"--dtype must be one of {sorted(table)}, got {name!r}")
-    return table[name]
-
-
-def _load_causal_lm(path: str, device: str, dtype):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-
-
-def _is_head_checkpoint(path: str) -> bool:
-    cfg = Path(path) / "config.json"
-    if not cfg.is_file():
-        return False
-    data = json.loads(cfg.read_text())
-    arch = data.get("architectures") or []
-    return "eaglehead_head_type" in data or any("Eagle3" in a for a in arch) or "speculators_model_type" in data
+from eaglehead.decode import DEFAULT_GAMMA
+from eaglehead.eval.plan import add_eval_arguments
 
 
 def cmd_generate(args) -> int:
     import torch
-    from transformers import AutoTokenizer
 
+    from eaglehead.builtin.devices import resolve_dtype
+    from eaglehead.builtin.models import load_causal_lm, load_target
+    from eaglehead.builtin.text import encode_prompt, eos_token_ids
     from eaglehead.decode import (DraftModelDrafter, PromptLookupDrafter, SamplingConfig, speculative_generate,
                                   vanilla_generate)
     from eaglehead.decode.drafters import output_vocab_size
+    from eaglehead.draftheads.checkpoint import head_layout
 
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    if not Path(args.target).exists() and "/" not in args.target:
-        raise ValueError(f"--target {args.target!r} is neither a local directory nor a hub id")
-    tok = AutoTokenizer.from_pretrained(args.target)
-    dtype = _dtype(args.dtype)
-    target = _load_causal_lm(args.target, args.device, dtype)
-    if args.chat and tok.chat_template:
-        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
-                                      return_tensors="pt", return_dict=True)["input_ids"]
-    else:
-        ids = tok(args.prompt, return_tensors="pt")["input_ids"]
-    ids = ids.to(args.device)
+    dtype = resolve_dtype(args.dtype)
+    target, tok = load_target(args.target, dtype=dtype, device=args.device)
+    ids = torch.tensor([encode_prompt(tok, args.prompt, chat=args.chat)], device=args.device)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
 
     printed = [""]
@@ -72,21 +46,22 @@ def cmd_generate(args) -> int:
         sys.stdout.flush()
         printed[0] = text
 
-    common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=tok.eos_token_id,
+    common = dict(sampling=sampling, max_new_tokens=args.max_new_tokens, eos_token_id=sorted(eos_token_ids(target, tok)),
                   generator=gen, on_token=on_token)
     if args.prompt_lookup:
         drafter = PromptLookupDrafter(output_vocab_size(target))
-        res = speculative_generate(target, drafter, ids, gamma=args.gamma, **common)
-    elif args.draft:
-        if _is_head_checkpoint(args.draft):
-            from eaglehead.decode.eagle import load_eagle_drafter
+    elif args.draft and head_layout(args.draft) is not None:
+        from eaglehead.decode.eagle import load_eagle_drafter
 
-            drafter = load_eagle_drafter(args.draft, target, device=args.device, dtype=dtype)
-        else:
-            drafter = DraftModelDrafter(_load_causal_lm(args.draft, args.device, dtype))
-        res = speculative_generate(target, drafter, ids, gamma=args.gamma, **common)
+        drafter = load_eagle_drafter(args.draft, target, device=args.device, dtype=dtype)
+    elif args.draft:
+        drafter = DraftModelDrafter(load_causal_lm(args.draft, dtype=dtype, device=args.device, option="--draft"))
     else:
+        drafter = None
+    if drafter is None:
         res = vanilla_generate(target, ids, **common)
+    else:
+        res = speculative_generate(target, drafter, ids, gamma=args.gamma, **common)
     sys.stdout.write("\n")
     n = len(res.tokens[0])
     wall = res.t_end - res.t_start
@@ -118,7 +93,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from eaglehead.draftheads.checkpoint import export_eagle3, export_speculators, import_eagle3
+    from eaglehead.builtin.devices import resolve_dtype
+    from eaglehead.draftheads.checkpoint import export_eagle3, export_speculators, load_head
 
     src = Path(args.checkpoint)
     if (src / "head" / "config.json").is_file():  # a training output directory
@@ -129,8 +105,8 @@ def cmd_export(args) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and any(out_dir.iterdir()) and not args.overwrite:
         raise ValueError(f"--out {out_dir} is not empty: pass --overwrite to replace its checkpoint files")
-    head = import_eagle3(src)
-    dtype = _dtype(args.dtype) if args.dtype else None
+    head = load_head(src)
+    dtype = resolve_dtype(args.dtype) if args.dtype else None
     if args.format == "eagle3":
         out = export_eagle3(head, args.out, overwrite=args.overwrite, dtype=dtype)
     else:
@@ -141,9 +117,10 @@ def cmd_export(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from eaglehead.eval.plan import plan_from_args
     from eaglehead.eval.runner import run_eval
 
-    report = run_eval(args)
+    report = run_eval(plan_from_args(args))
     print(f"report: {Path(args.out) / 'report.md'} ({len(report.get('runs', []))} runs)")
     return 0
 
@@ -165,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup in the context")
     g.add_argument("--prompt", required=True)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
-    g.add_argument("--gamma", type=int, default=5, help="draft tokens per round (>= 1)")
+    g.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help="draft tokens per round (>= 1)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=None)
@@ -198,20 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_export)
 
     ev = sub.add_parser("eval", help="acceptance and time per token on held-out prompts, side by side")
-    try:
-        from eaglehead.eval.runner import add_eval_arguments
-
-        add_eval_arguments(ev)
-    except ImportError:  # the evaluation runner is optional until it lands
-        pass
+    add_eval_arguments(ev)
     ev.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("demo", help="run the built-in end-to-end demo on this machine")
     d.add_argument("--out", default="runs/demo", help="output directory (reused as a cache on the next run)")
     d.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: toy sizes, seconds (CI)")
     d.add_argument("--head-steps", type=int, default=None,
-                   help="training steps for each head (default: configs/demo.yaml's optim.max_steps, 550, sized "
-                        "for a cold run under 20 minutes on 2 cores; each extra step adds ~1.1 s)")
+                   help="training steps for each head (default: configs/demo.yaml's optim.max_steps, sized for a "
+                        "cold run under 20 minutes on 2 cores; BENCHMARKS.md gives the cost of a step)")
     d.set_defaults(func=cmd_demo)
     return parser
 

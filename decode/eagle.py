@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from eaglehead.draftheads.checkpoint import check_compatible, load_head
 from eaglehead.draftheads.eagle3 import DraftKVCache, Eagle3Head
 
-from .drafters import output_vocab_size
 from .sampling import SamplingConfig, probs, sample_from
 
 
@@ -32,17 +32,10 @@ class Eagle3Drafter:
     """Adapts an :class:`Eagle3Head` (or ``Eagle1Head``) bound to ``target`` to the drafter protocol."""
 
     def __init__(self, head: Eagle3Head, target: nn.Module, sampling: SamplingConfig | None = None):
-        from eaglehead.draftheads.checkpoint import check_compatible
-
-        check_compatible(head, target.config)
+        check_compatible(head, target.config)  # the one check; the loop compares vocab_size with lm_head's rows
         self.head = head.eval()
         head.bind_embedding(target.get_input_embeddings())
-        self.vocab_size = output_vocab_size(target)
-        if head.config.target_vocab_size != self.vocab_size:
-            raise ValueError(
-                f"head target_vocab_size {head.config.target_vocab_size} != the target's output vocabulary "
-                f"{self.vocab_size}"
-            )
+        self.vocab_size = head.config.target_vocab_size
         self.feature_layer_ids = list(head.config.fused_layer_ids)
         self.sampling = sampling  # None: the target's sampling config
         self.cache: DraftKVCache | None = None
@@ -136,10 +129,9 @@ class Eagle3Drafter:
 
 def load_eagle_drafter(path: str, target: nn.Module, *, device: str | torch.device | None = None,
                        dtype: torch.dtype | None = None, sampling: SamplingConfig | None = None) -> Eagle3Drafter:
-    """Load a head directory (eaglehead checkpoint, EAGLE-3 or speculators layout) as a drafter for ``target``."""
-    from eaglehead.draftheads.checkpoint import import_eagle3
-
-    head = import_eagle3(path, target_config=target.config)
+    """Load a head directory (eaglehead checkpoint, EAGLE-3 or speculators layout) as a drafter for ``target``.
+    The target's config supplies default layer ids; :class:`Eagle3Drafter` checks compatibility (once)."""
+    head = load_head(path, target_config=target.config, check=False)
     device = device or next(target.parameters()).device
     head = head.to(device=device, dtype=dtype or next(target.parameters()).dtype)
     return Eagle3Drafter(head, target, sampling=sampling)

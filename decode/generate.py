@@ -3,7 +3,7 @@
 Usage::
 
     from eaglehead.decode import SamplingConfig, speculative_generate, PromptLookupDrafter
-    res = speculative_generate(target, PromptLookupDrafter(vocab), input_ids, gamma=5,
+    res = speculative_generate(target, PromptLookupDrafter(vocab), input_ids, gamma=4,
                                sampling=SamplingConfig(temperature=0), max_new_tokens=128)
     res.tokens[0]   # new token ids of row 0;  res.rounds: per-round records (gamma, A, T_d, T_v, T_b)
 
@@ -21,10 +21,14 @@ from typing import Callable
 import torch
 from torch import nn
 
+from eaglehead.builtin.devices import sync
+
 from .cache import RaggedCacheLM
 from .drafters import Drafter, output_vocab_size
 from .sampling import SamplingConfig, probs, sample_from
 from .verify import verify_chain
+
+DEFAULT_GAMMA = 4  # draft tokens per round when a command line is not told otherwise (generate, eval)
 
 
 @dataclass
@@ -53,19 +57,12 @@ class GenerationResult:
 OnToken = Callable[[int, int, float], None]  # (row, token_id, perf_counter timestamp)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _now(device: torch.device) -> float:
-    _sync(device)
+    sync(device)
     return time.perf_counter()
 
 
 def _check_inputs(target, input_ids, attention_mask, gamma, max_new_tokens, sampling) -> torch.Tensor:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if not isinstance(sampling, SamplingConfig):
@@ -87,7 +84,7 @@ def _check_inputs(target, input_ids, attention_mask, gamma, max_new_tokens, samp
         raise ValueError(f"input_ids hold ids outside the target vocabulary [0, {vocab})")
     limit = getattr(target.config, "max_position_embeddings", None) or getattr(target.config, "n_positions", None)
     longest = int(valid.long().sum(1).max())
-    if limit is not None and longest + max_new_tokens + gamma > limit:
+    if limit is not None and longest + max_new_tokens + (gamma or 0) > limit:
         raise ValueError(
             f"prompt length {longest} + max_new_tokens {max_new_tokens} + gamma {gamma} exceeds the target's "
             f"context of {limit} positions (max_position_embeddings)"
@@ -133,7 +130,7 @@ def speculative_generate(
     ``input_ids [B, T]`` left-padded when rows differ (``attention_mask`` 1 for real tokens). Rows
     accept different counts; a row stops at EOS (included) or after ``max_new_tokens``.
     """
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:  # the one check of gamma
         raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
     return _generate(target, drafter, input_ids, gamma, sampling, max_new_tokens, eos_token_id,
                      attention_mask, generator, on_token)
@@ -152,11 +149,11 @@ def vanilla_generate(
     on_token: OnToken | None = None,
 ) -> GenerationResult:
     """Plain autoregressive decoding through the same target, cache and sampling code."""
-    return _generate(target, _NoDrafter(output_vocab_size(target)), input_ids, 0, sampling, max_new_tokens,
+    return _generate(target, _NoDrafter(output_vocab_size(target)), input_ids, None, sampling, max_new_tokens,
                      eos_token_id, attention_mask, generator, on_token)
 
 
-def _generate(target, drafter, input_ids, gamma, sampling, max_new_tokens, eos_token_id, attention_mask,
+def _generate(target, drafter, input_ids, gamma: int | None, sampling, max_new_tokens, eos_token_id, attention_mask,
               generator, on_token) -> GenerationResult:
     valid = _check_inputs(target, input_ids, attention_mask, gamma, max_new_tokens, sampling)
     vocab = output_vocab_size(target)
@@ -191,7 +188,7 @@ def _generate(target, drafter, input_ids, gamma, sampling, max_new_tokens, eos_t
     while not all(done):
         # Never draft past the budget: a round commits at most g + 1 tokens.
         room = max(max_new_tokens - len(tokens[b]) for b in range(bsz) if not done[b])
-        g = min(gamma, room - 1)
+        g = 0 if gamma is None else min(gamma, room - 1)
         t0 = _now(device)
         draft, q = drafter.propose(g, sampling, generator)  # [B, g], [B, g, V]
         t1 = _now(device)
@@ -210,28 +207,10 @@ def _generate(target, drafter, input_ids, gamma, sampling, max_new_tokens, eos_t
         acc_list, y_list = host[:bsz], host[bsz:2 * bsz]
         draft_rows = [host[2 * bsz + b * g: 2 * bsz + (b + 1) * g] for b in range(bsz)]
 
-        # Commit: host bookkeeping per row (EOS, budget, streaming); no tensor work here.
         now = time.perf_counter()
         active = [not d for d in done]
-        committed = [0] * bsz
-        for b in range(bsz):
-            if done[b]:
-                continue
-            seq = draft_rows[b][: acc_list[b]] + [y_list[b]]
-            seq = seq[: max_new_tokens - len(tokens[b])]
-            for i, tok in enumerate(seq):
-                if tok in eos:
-                    seq = seq[: i + 1]
-                    done[b] = by_eos[b] = True
-                    break
-            tokens[b].extend(seq)
-            times[b].extend([now] * len(seq))
-            committed[b] = len(seq)
-            if len(tokens[b]) >= max_new_tokens:
-                done[b] = True
-            if on_token is not None:
-                for tok in seq:
-                    on_token(b, tok, now)
+        committed = _commit(draft_rows, acc_list, y_list, tokens, times, done, by_eos, eos, max_new_tokens,
+                            on_token, now)
 
         # Crop: the target keeps [last, d_1..d_A] of this call; y is pending for the next one.
         runner.keep_recent(g + 1, [a + 1 for a in acc_list])
@@ -251,3 +230,29 @@ def _generate(target, drafter, input_ids, gamma, sampling, max_new_tokens, eos_t
     return GenerationResult(tokens=tokens, rounds=rounds, token_times=times, t_start=t_start,
                             t_end=_now(device), prompt_lengths=valid.long().sum(1).tolist(),
                             t_prefill=t_prefill, finished_by_eos=by_eos)
+
+
+def _commit(draft_rows, acc_list, y_list, tokens, times, done, by_eos, eos, max_new_tokens, on_token,
+            now: float) -> list[int]:
+    """Commit: host bookkeeping per row (EOS, budget, streaming), no tensor work; updates ``tokens``,
+    ``times``, ``done`` and ``by_eos`` in place and returns the tokens committed per row."""
+    committed = [0] * len(tokens)
+    for b in range(len(tokens)):
+        if done[b]:
+            continue
+        seq = draft_rows[b][: acc_list[b]] + [y_list[b]]
+        seq = seq[: max_new_tokens - len(tokens[b])]
+        for i, tok in enumerate(seq):
+            if tok in eos:
+                seq = seq[: i + 1]
+                done[b] = by_eos[b] = True
+                break
+        tokens[b].extend(seq)
+        times[b].extend([now] * len(seq))
+        committed[b] = len(seq)
+        if len(tokens[b]) >= max_new_tokens:
+            done[b] = True
+        if on_token is not None:
+            for tok in seq:
+                on_token(b, tok, now)
+    return committed

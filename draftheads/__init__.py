@@ -1,4 +1,4 @@
-"""Draft-head modules, their config, the draft vocabulary and checkpoint formats (imports nothing else of eaglehead)."""
+"""Draft-head modules, their config, the draft vocabulary and checkpoint formats (imports only eaglehead.builtin)."""
 
 from .checkpoint import (
     check_compatible,
@@ -6,7 +6,8 @@ from .checkpoint import (
     eagle3_state_dict,
     export_eagle3,
     export_speculators,
-    import_eagle3,
+    head_layout,
+    load_head,
     load_pretrained,
     save_pretrained,
     speculators_config_dict,
@@ -31,6 +32,6 @@ __all__ = [
     "Capture", "DraftKVCache", "Eagle1Head", "Eagle3Config", "Eagle3Head", "FeatureTaps", "apply_rope", "attend",
     "build_draft_vocab", "causal_mask", "check_compatible", "check_vocab_mapping", "coverage", "default_layer_ids",
     "draft_vocab_from_ids", "eagle3_config_dict", "eagle3_state_dict", "export_eagle3", "export_speculators",
-    "import_eagle3", "load_pretrained", "positions_from_mask", "rope_cos_sin", "rope_inv_freq", "save_pretrained",
+    "head_layout", "load_head", "load_pretrained", "positions_from_mask", "rope_cos_sin", "rope_inv_freq", "save_pretrained",
     "speculators_config_dict", "speculators_state_dict", "target_dims",
 ]

@@ -12,13 +12,13 @@ Three layouts, each ``config.json`` + ``model.safetensors``:
 Layer ids: vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (first) in ``output_hidden_states``
 indexing, ours. SGLang reads only ``eagle_config.eagle_aux_hidden_state_layer_ids`` and adds one to each id
 (``set_eagle3_layers_to_capture``), so the export writes our ids minus one there: both engines then tap the
-states the head was trained on. ``import_eagle3`` reads them back the same way.
+states the head was trained on. ``load_head`` reads them back the same way.
 
 Usage::
 
     save_pretrained(head, "runs/x/head");  head = load_pretrained("runs/x/head")
-    export_eagle3(head, "out/eagle3");     head = import_eagle3("out/eagle3")
-    check_compatible(head.config, target.config)
+    export_eagle3(head, "out/eagle3");     head = load_head("out/eagle3")   # any layout, detected
+    head = load_head(path, target_config=target.config)                       # checked against a target
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from eaglehead.builtin.devices import dtype_name
 
 from .config import Eagle3Config, target_dims
 from .eagle1 import Eagle1Head
@@ -49,13 +51,8 @@ def save_pretrained(head: Eagle3Head, out_dir: str | Path, *, overwrite: bool = 
 
 
 def load_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> Eagle3Head:
-    path = Path(path)
-    cfg = _read_config(path)
-    head_type = cfg.pop("eaglehead_head_type", None)
-    if head_type not in HEAD_TYPES:
-        raise ValueError(f"{path / CONFIG_FILE}: eaglehead_head_type must be one of {list(HEAD_TYPES)}, "
-                         f"got {head_type!r}")
-    return _build(HEAD_TYPES[head_type], Eagle3Config.from_dict(cfg), _read_state(path), path, map_location)
+    """A head saved by :func:`save_pretrained` (our layout only; :func:`load_head` takes every layout)."""
+    return load_head(path, map_location=map_location, layout="eaglehead")
 
 
 # ---------------------------------------------------------------- EAGLE-3 / speculators export
@@ -108,7 +105,7 @@ def speculators_config_dict(head: Eagle3Head, *, speculative_tokens: int = 3,
             "verifier": {"name_or_path": cfg.target_name_or_path or None,
                          "architectures": list(verifier_architectures or [])},
         },
-        "torch_dtype": _dtype_name(head.dtype),
+        "torch_dtype": dtype_name(head.dtype),
         "eaglehead": _provenance(head),
     }
 
@@ -122,7 +119,7 @@ def export_eagle3(head: Eagle3Head, out_dir: str | Path, *, overwrite: bool = Fa
     config = eagle3_config_dict(head)
     out = _prepare_dir(out_dir, overwrite)
     state = _cast(eagle3_state_dict(head), dtype)
-    config["torch_dtype"] = _dtype_name(dtype or head.dtype)
+    config["torch_dtype"] = dtype_name(dtype or head.dtype)
     _write(out, config, state)
     return out
 
@@ -133,30 +130,77 @@ def export_speculators(head: Eagle3Head, out_dir: str | Path, *, speculative_tok
     config = speculators_config_dict(head, speculative_tokens=speculative_tokens,
                                      verifier_architectures=verifier_architectures)
     out = _prepare_dir(out_dir, overwrite)
-    config["torch_dtype"] = config["transformer_layer_config"]["torch_dtype"] = _dtype_name(dtype or head.dtype)
+    config["torch_dtype"] = config["transformer_layer_config"]["torch_dtype"] = dtype_name(dtype or head.dtype)
     _write(out, config, _cast(speculators_state_dict(head), dtype))
     return out
 
 
-# ---------------------------------------------------------------- import
-def import_eagle3(path: str | Path, *, target_config: Any = None, fused_layer_ids: list[int] | None = None,
-                  target_name_or_path: str | None = None, map_location: str | torch.device = "cpu") -> Eagle3Head:
-    """Load an EAGLE-3 or speculators directory (or one of ours) as a head.
+# ---------------------------------------------------------------- load (every layout)
+LAYOUTS = ("eaglehead", "eagle3", "speculators")
 
-    Weights come from ``model.safetensors`` or else ``pytorch_model.bin`` (``weights_only=True``). Layer ids,
-    first found wins: ``fused_layer_ids``; our provenance block; top-level ``eagle_aux_hidden_state_layer_ids``
-    (vLLM, ``output_hidden_states`` indexing); ``eagle_config`` ids plus one (SGLang); the engines' default
-    ``[2, L//2, L-3]`` when ``target_config`` gives ``L``. With ``target_config`` the result is also checked
-    by :func:`check_compatible`.
+
+def head_layout(config: dict[str, Any] | str | Path) -> str | None:
+    """Which head layout a ``config.json`` (its dict, or the directory holding it) is: ``eaglehead``,
+    ``speculators`` or ``eagle3``; ``None`` when it is not a draft head (e.g. a causal LM)."""
+    if not isinstance(config, dict):
+        if not (Path(config) / CONFIG_FILE).is_file():
+            return None
+        config = _read_config(Path(config))
+    if "eaglehead_head_type" in config:
+        return "eaglehead"
+    if config.get("speculators_model_type") is not None:
+        return "speculators"
+    if any("Eagle3" in a for a in config.get("architectures") or []) or "eagle_config" in config \
+            or "eagle_aux_hidden_state_layer_ids" in config:
+        return "eagle3"
+    return None
+
+
+def load_head(path: str | Path, *, target_config: Any = None, fused_layer_ids: list[int] | None = None,
+              target_name_or_path: str | None = None, map_location: str | torch.device = "cpu",
+              layout: str | None = None, check: bool = True) -> Eagle3Head:
+    """Load a head directory in any of the three layouts, detected from its ``config.json`` (read once).
+
+    Weights come from ``model.safetensors`` or else ``pytorch_model.bin`` (``weights_only=True``). For the
+    EAGLE-3 and speculators layouts, layer ids, first found wins: ``fused_layer_ids``; our provenance
+    block; top-level ``eagle_aux_hidden_state_layer_ids`` (vLLM, ``output_hidden_states`` indexing);
+    ``eagle_config`` ids plus one (SGLang); the engines' default ``[2, L//2, L-3]`` when ``target_config``
+    gives ``L``. With ``target_config`` the head is checked once by :func:`check_compatible` (``check=False``
+    when the caller checks it, as ``Eagle3Drafter`` does). ``layout`` demands one layout (``ValueError``
+    otherwise).
     """
     path = Path(path)
     raw = _read_config(path)
-    if "eaglehead_head_type" in raw:
-        head = load_pretrained(path, map_location)
-        if target_config is not None:
-            check_compatible(head.config, target_config)
-        return head
-    if raw.get("speculators_model_type") is not None:
+    # The EAGLE-3 layout's config is a one-layer Llama config: anything unmarked is read as one (and
+    # refused with the field that does not fit, e.g. a full LM's num_hidden_layers).
+    found = head_layout(raw) or "eagle3"
+    if layout is not None and found != layout:
+        if layout == "eaglehead":
+            raise ValueError(f"{path / CONFIG_FILE}: eaglehead_head_type must be one of {list(HEAD_TYPES)}, got "
+                             f"{raw.get('eaglehead_head_type')!r}")
+        raise ValueError(f"{path / CONFIG_FILE}: expected the {layout} layout, found {found}")
+    if found == "eaglehead":
+        head = _from_ours(raw, path, map_location)
+    else:
+        head = _from_engine_layout(raw, found, path, target_config, fused_layer_ids, target_name_or_path, map_location)
+    if check and target_config is not None:
+        check_compatible(head.config, target_config)
+    return head
+
+
+def _from_ours(raw: dict[str, Any], path: Path, map_location) -> Eagle3Head:
+    cfg = dict(raw)
+    head_type = cfg.pop("eaglehead_head_type", None)
+    if head_type not in HEAD_TYPES:
+        raise ValueError(f"{path / CONFIG_FILE}: eaglehead_head_type must be one of {list(HEAD_TYPES)}, "
+                         f"got {head_type!r}")
+    return _build(HEAD_TYPES[head_type], Eagle3Config.from_dict(cfg), _read_state(path), path, map_location)
+
+
+def _from_engine_layout(raw: dict[str, Any], layout: str, path: Path, target_config, fused_layer_ids,
+                        target_name_or_path, map_location) -> Eagle3Head:
+    """A head from the EAGLE-3 (SGLang/vLLM) or speculators layout."""
+    if layout == "speculators":
         if raw["speculators_model_type"] != "eagle3":
             raise ValueError(f"{path / CONFIG_FILE}: speculators_model_type "
                              f"{raw['speculators_model_type']!r} is not 'eagle3'")
@@ -201,10 +245,7 @@ def import_eagle3(path: str | Path, *, target_config: Any = None, fused_layer_id
     )
     state = {_rename(k, "layers.0.", "midlayer."): v for k, v in _read_state(path).items()}
     _complete_vocab_maps(state, config, path)
-    head = _build(HEAD_TYPES.get(prov.get("head_type"), Eagle3Head), config, state, path, map_location)
-    if target_config is not None:
-        check_compatible(head.config, target_config)
-    return head
+    return _build(HEAD_TYPES.get(prov.get("head_type"), Eagle3Head), config, state, path, map_location)
 
 
 def check_compatible(head_config: Eagle3Config | Eagle3Head, target_hf_config: Any) -> None:
@@ -235,7 +276,7 @@ def _llama_layer_dict(head: Eagle3Head) -> dict[str, Any]:
         "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.target_vocab_size,
         "attention_bias": False, "mlp_bias": False,
         "tie_word_embeddings": False,  # SGLang would otherwise use embed_tokens as lm_head
-        "torch_dtype": _dtype_name(head.dtype),
+        "torch_dtype": dtype_name(head.dtype),
     }
 
 
@@ -359,10 +400,6 @@ def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str
 
 def _rename(key: str, old: str, new: str) -> str:
     return new + key[len(old):] if key.startswith(old) else key
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _need(cfg: dict[str, Any], key: str, path: Path) -> Any:

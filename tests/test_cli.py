@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eaglehead.cli import main
-from eaglehead.draftheads.checkpoint import import_eagle3, save_pretrained
+from eaglehead.draftheads.checkpoint import load_head, save_pretrained
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from tests.tiny_models import save_tiny_target
@@ -46,8 +46,8 @@ def test_export_round_trip_and_refusal(assets, capsys, tmp_path):
         assert main(["export", str(assets / "head"), "--format", fmt, "--out", str(out)]) == 0
         cfg = json.loads((out / "config.json").read_text())
         assert ("speculators_model_type" in cfg) == (fmt == "speculators")
-        back = import_eagle3(out)
-        ref = import_eagle3(assets / "head")
+        back = load_head(out)
+        ref = load_head(assets / "head")
         for k, v in ref.state_dict().items():
             assert torch.equal(back.state_dict()[k], v)
         assert main(["export", str(assets / "head"), "--format", fmt, "--out", str(out)]) == 2

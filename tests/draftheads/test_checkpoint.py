@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, LlamaConfig
 
 from eaglehead.draftheads import (Eagle1Head, Eagle3Config, Eagle3Head, check_compatible, eagle3_config_dict,
-                                  eagle3_state_dict, export_eagle3, export_speculators, import_eagle3,
+                                  eagle3_state_dict, export_eagle3, export_speculators, load_head,
                                   load_pretrained, save_pretrained, speculators_config_dict,
                                   speculators_state_dict)
 
@@ -51,10 +51,10 @@ def test_export_eagle3_round_trip(tmp_path):
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]  # SGLang adds one
     parsed = AutoConfig.from_pretrained(tmp_path / "e3")  # what an engine's transformers sees
     assert type(parsed) is LlamaConfig and parsed.num_hidden_layers == 1 and parsed.draft_vocab_size == 40
-    imported = import_eagle3(tmp_path / "e3")
+    imported = load_head(tmp_path / "e3")
     assert imported.config == head.config
     assert_bit_exact(head, imported)
-    bf16 = import_eagle3(export_eagle3(head, tmp_path / "e3b", dtype=torch.bfloat16))
+    bf16 = load_head(export_eagle3(head, tmp_path / "e3b", dtype=torch.bfloat16))
     assert bf16.dtype == torch.bfloat16 and torch.equal(bf16.d2t, head.d2t)
 
 
@@ -68,7 +68,7 @@ def test_export_speculators_round_trip(tmp_path):
     spec = cfg["speculators_config"]
     assert spec["proposal_methods"][0]["speculative_tokens"] == 5
     assert spec["verifier"] == {"name_or_path": "tiny/target", "architectures": ["LlamaForCausalLM"]}
-    imported = import_eagle3(tmp_path / "spec")
+    imported = load_head(tmp_path / "spec")
     assert imported.config == head.config
     assert_bit_exact(head, imported)
 
@@ -152,7 +152,7 @@ def test_import_hand_built_sglang_style_safetensors(tmp_path):
     weights = hand_built_weights(torch.Generator().manual_seed(0))
     sglang_ids = {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
     config = {**HAND_CONFIG, "eagle_config": sglang_ids}
-    head = import_eagle3(write_dir(tmp_path / "d", config, weights), target_name_or_path="some/target")
+    head = load_head(write_dir(tmp_path / "d", config, weights), target_name_or_path="some/target")
     assert head.config.fused_layer_ids == [2, 4, 6]  # SGLang ids are output-of-layer ids: ours minus one
     assert head.config.target_name_or_path == "some/target" and head.config.rms_norm_eps == 1e-5
     for k, v in head.state_dict().items():
@@ -163,11 +163,11 @@ def test_import_hand_built_vllm_style_bin_full_vocab(tmp_path):
     weights = hand_built_weights(torch.Generator().manual_seed(1), vocab_full=True)
     config = {**HAND_CONFIG, "draft_vocab_size": VOCAB, "eagle_aux_hidden_state_layer_ids": [2, 3, 4]}
     target = LlamaConfig(hidden_size=32, num_hidden_layers=6, num_attention_heads=4, vocab_size=VOCAB)
-    head = import_eagle3(write_dir(tmp_path / "d", config, weights, fmt="bin"), target_config=target)
+    head = load_head(write_dir(tmp_path / "d", config, weights, fmt="bin"), target_config=target)
     assert head.config.fused_layer_ids == [2, 3, 4] and head.config.target_num_hidden_layers == 6
     assert torch.equal(head.d2t, torch.zeros(VOCAB, dtype=torch.int64)) and head.t2d.all()
     assert torch.equal(head.lm_head.weight, weights["lm_head.weight"])
-    no_ids = import_eagle3(tmp_path / "d", fused_layer_ids=None, target_config=LlamaConfig(
+    no_ids = load_head(tmp_path / "d", fused_layer_ids=None, target_config=LlamaConfig(
         hidden_size=32, num_hidden_layers=8, num_attention_heads=4, vocab_size=VOCAB))
     assert no_ids.config.fused_layer_ids == [2, 3, 4]  # the checkpoint's ids win over the default
 
@@ -186,20 +186,20 @@ def test_import_refuses_mismatches(tmp_path, mutate, match):
     mutate(weights)
     config = {**HAND_CONFIG, "eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
     with pytest.raises(ValueError, match=match):
-        import_eagle3(write_dir(tmp_path / "d", config, weights))
+        load_head(write_dir(tmp_path / "d", config, weights))
 
 
 def test_import_refuses_config_mismatches(tmp_path):
     weights = hand_built_weights(torch.Generator().manual_seed(3))
     base = {**HAND_CONFIG, "eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
     with pytest.raises(ValueError, match="hidden_size=32 differs from target_hidden_size=64"):
-        import_eagle3(write_dir(tmp_path / "a", {**base, "target_hidden_size": 64}, weights))
+        load_head(write_dir(tmp_path / "a", {**base, "target_hidden_size": 64}, weights))
     with pytest.raises(ValueError, match="no eagle_aux_hidden_state_layer_ids"):
-        import_eagle3(write_dir(tmp_path / "b", HAND_CONFIG, weights))
+        load_head(write_dir(tmp_path / "b", HAND_CONFIG, weights))
     with pytest.raises(ValueError, match="num_hidden_layers must be 1"):
-        import_eagle3(write_dir(tmp_path / "c", {**base, "num_hidden_layers": 2}, weights))
+        load_head(write_dir(tmp_path / "c", {**base, "num_hidden_layers": 2}, weights))
     with pytest.raises(ValueError, match="target_vocab_size: head expects 96, target has vocab_size 100"):
-        import_eagle3(write_dir(tmp_path / "d", base, weights), target_config=LlamaConfig(
+        load_head(write_dir(tmp_path / "d", base, weights), target_config=LlamaConfig(
             hidden_size=32, num_hidden_layers=4, num_attention_heads=4, vocab_size=100))
 
 
