@@ -12,7 +12,7 @@
    layout.
 3. Draft LM: a 1-layer Llama trained on the same corpus with the target's tokenizer (classic
    speculative sampling's drafter, of similar per-step cost to the head), shipped like the target
-   with the recipe and command that reproduce it (``demo_target.DRAFT_LM_ASSETS_DIR``).
+   with the recipe and command that reproduce it (``eaglehead.builtin.shipped.DRAFT_LM_ASSETS_DIR``).
 4. Evaluation with ``eaglehead eval`` on held-out standard-library files and on HumanEval prompts:
    every method, greedy and temperature 1, batch 1 and 4, gamma chosen by the rule on the tune split.
 5. A first-token distribution check at temperature 1, the report, and a three-line summary.
@@ -23,16 +23,18 @@ with a message saying so.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 import shutil
 import time
 from dataclasses import replace
+from importlib.resources import files
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# The YAML configs ship as package data (``configs/`` in the repository), found the same way in an
+# editable checkout and in an installed wheel.
+CONFIGS = Path(str(files("eaglehead.configs")))
 
 
 def _say(msg: str) -> None:
@@ -76,19 +78,19 @@ def _base_sizes(size: str) -> dict:
                               warmup=1, eval_every=3, eval_chunks=2, corpus_limit=6),
             head=["optim.max_steps=3", "optim.micro_batch_size=2", "data.max_samples=12", "data.max_length=64",
                   "head.draft_vocab_size=256", "rollout.depth=2", "head.fused_layer_ids=[1,2,3]", "log_every=1", "save_every=0"],
-            eval=["--max-prompts", "2", "--max-new-tokens", "16", "--gamma", "2"],
-            states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,2"],
-                    "humaneval": ["--temperature", "0", "1", "--batch-sizes", "1"]},
+            eval=dict(max_prompts=2, max_new_tokens=16, gamma_mode="fixed", gammas=(2,)),
+            states={"stdlib-heldout": dict(temperatures=(0.0, 1.0), batch_sizes=(1, 2)),
+                    "humaneval": dict(temperatures=(0.0, 1.0), batch_sizes=(1,))},
             prompts=6, prompt_chars=80, first_token_rows=200)
     return dict(
         target=None,
-        draft_lm=None,  # shipped: demo_target.DRAFT_LM_ASSETS_DIR (1 layer, 1500 steps; command in its recipe.json)
+        draft_lm=None,  # shipped: builtin.shipped.DRAFT_LM_ASSETS_DIR (1 layer, 1500 steps; command in its recipe.json)
         head=[],
         # Tune on 4 prompts (32 x 0.125) over gamma 2..6, report on 8 held-out test prompts.
-        eval=["--max-prompts", "8", "--max-new-tokens", "64", "--gamma", "auto:2..6", "--tune-fraction", "0.125"],
+        eval=dict(max_prompts=8, max_new_tokens=64, gamma_mode="auto", gammas=(2, 3, 4, 5, 6), tune_fraction=0.125),
         # Greedy and temperature 1 at batch 1 and 4 on the held-out stdlib; HumanEval greedy, batch 1.
-        states={"stdlib-heldout": ["--temperature", "0", "1", "--batch-sizes", "1,4"],
-                "humaneval": ["--temperature", "0", "--batch-sizes", "1"]},
+        states={"stdlib-heldout": dict(temperatures=(0.0, 1.0), batch_sizes=(1, 4)),
+                "humaneval": dict(temperatures=(0.0,), batch_sizes=(1,))},
         prompts=32, prompt_chars=360, first_token_rows=2000)
 
 
@@ -96,12 +98,13 @@ def _base_sizes(size: str) -> dict:
 
 def stage_target(out: Path, sizes: dict) -> tuple[str, str]:
     """(target directory, recipe key)."""
-    from eaglehead.demo_target import build, load_demo_target, read_recipe, recipe_key
+    from eaglehead.builtin.shipped import demo_target_dir, read_recipe, recipe_key
+    from eaglehead.demo_target import build
 
     if sizes["target"] is None:
         _say("target: the shipped demo target (verified by its sha256 hashes, cached under ~/.cache/eaglehead)")
-        model, _, recipe = load_demo_target()
-        return model.config._name_or_path, recipe_key(recipe)
+        path, recipe = demo_target_dir()
+        return str(path), recipe_key(recipe)
     path = out / "target"
     want = _key(sizes["target"].__dict__)
     if _stamped(path, want):
@@ -130,12 +133,6 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
     the CPU threads (two single-threaded trainings beat one after the other at two threads each on a
     2-core machine); the logs go to ``DIR/<kind>/train.log`` and one progress bar follows both.
     """
-    import os
-    import subprocess
-    import sys
-
-    from tqdm.auto import tqdm
-
     from eaglehead.draftheads.checkpoint import load_pretrained
     from eaglehead.train.config import dump_config
 
@@ -172,24 +169,7 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
 
                 shutil.copyfile(features / VOCAB_FILE, out / "eagle3" / VOCAB_FILE)
             todo = {kind: ([*overrides, f"features.dir={features}"], cfg) for kind, (overrides, cfg) in todo.items()}
-        threads = max(1, (os.cpu_count() or 2) // len(todo))
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        steps = {kind: cfg.optim.max_steps for kind, (_, cfg) in todo.items()}
-        _say(f"heads: training {', '.join(todo)} with configs/demo.yaml for {max(steps.values())} steps each, "
-             f"in parallel ({threads} thread(s) each); logs in {out}/<head>/train.log")
-        procs = {}
-        for kind, (overrides, _) in todo.items():
-            log = (out / kind / "train.log").open("w")
-            procs[kind] = (subprocess.Popen([sys.executable, "-m", "eaglehead.train", "--config",
-                                             str(CONFIGS / "demo.yaml"), *overrides],
-                                            stdout=log, stderr=subprocess.STDOUT, env=env), log)
-        with tqdm(total=sum(steps.values()), desc="train heads", unit="step") as bar:
-            while True:
-                done = sum(_last_step(out / kind) for kind in todo)
-                bar.update(done - bar.n)
-                if all(p.poll() is not None for p, _ in procs.values()):
-                    break
-                time.sleep(2)
+        procs = _launch_side_by_side(out, todo)
         for kind, (p, log) in procs.items():
             log.close()
             if p.returncode != 0:
@@ -207,11 +187,42 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
     return {kind: out / kind / "head" for kind in ("eagle3", "eagle1")}
 
 
+def _launch_side_by_side(out: Path, todo: dict) -> dict:
+    """Start ``python -m eaglehead.train`` for each head in ``todo`` ({kind: (overrides, config)}), each
+    with an even share of the CPU threads, and follow them under one progress bar until all exit.
+    Returns {kind: (process, open log file)}."""
+    import os
+    import subprocess
+    import sys
+
+    from tqdm.auto import tqdm
+
+    threads = max(1, (os.cpu_count() or 2) // len(todo))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    steps = {kind: cfg.optim.max_steps for kind, (_, cfg) in todo.items()}
+    _say(f"heads: training {', '.join(todo)} with configs/demo.yaml for {max(steps.values())} steps each, "
+         f"in parallel ({threads} thread(s) each); logs in {out}/<head>/train.log")
+    procs = {}
+    for kind, (overrides, _) in todo.items():
+        log = (out / kind / "train.log").open("w")
+        procs[kind] = (subprocess.Popen([sys.executable, "-m", "eaglehead.train", "--config",
+                                         str(CONFIGS / "demo.yaml"), *overrides],
+                                        stdout=log, stderr=subprocess.STDOUT, env=env), log)
+    with tqdm(total=sum(steps.values()), desc="train heads", unit="step") as bar:
+        while True:
+            done = sum(_last_step(out / kind) for kind in todo)
+            bar.update(done - bar.n)
+            if all(p.poll() is not None for p, _ in procs.values()):
+                break
+            time.sleep(2)
+    return procs
+
+
 def stage_features(out: Path, target_dir: str, target_key: str, sizes: dict) -> Path:
     """Run the target once over the training data and cache what both heads read (``eaglehead prepare
     --cache-features``): the EAGLE-3 head's three fused layers and the final hidden state, which is the
     EAGLE-1 ablation's feature and the source of both heads' labels. Training from the cache skips the
-    target forward in every step of both runs (~0.4 s of ~1.2 s per step on one thread)."""
+    target forward in every step of both runs (a third of a step's time: BENCHMARKS.md)."""
     from eaglehead.train.config import dump_config
     from eaglehead.train.prepare import prepare
 
@@ -242,7 +253,7 @@ def stage_draft_lm(out: Path, target_dir: str, sizes: dict) -> Path:
     from eaglehead.demo_target import build
 
     if sizes["draft_lm"] is None:
-        from eaglehead.demo_target import load_demo_draft_lm
+        from eaglehead.builtin.shipped import load_demo_draft_lm
 
         model, _, recipe = load_demo_draft_lm()
         path = Path(model.config._name_or_path)
@@ -282,7 +293,7 @@ def stage_prompts(out: Path, n: int, chars: int) -> dict[str, Path]:
     Prompts are cut to ``chars`` characters (at line starts) so that prompt + new tokens fit the
     target's context (the full demo: ~100 tokens + 96 new ones within 256 positions).
     """
-    from eaglehead.demo_target import heldout_excerpts
+    from eaglehead.builtin.corpus import heldout_excerpts
     from eaglehead.eval.prompts import load_prompt_set
 
     rows = [{"id": file_id, "category": "prose" if file_id.startswith("pydoc:") else "code", "prompt": cut}
@@ -302,17 +313,14 @@ def stage_prompts(out: Path, n: int, chars: int) -> dict[str, Path]:
 
 
 def stage_eval(out: Path, name: str, prompts: Path, target_dir: str, heads: dict, draft_lm: Path, sizes: dict) -> dict:
-    from eaglehead.eval.runner import add_eval_arguments, run_eval
+    from eaglehead.eval.plan import METHODS, EvalPlan
+    from eaglehead.eval.runner import run_eval
 
-    parser = argparse.ArgumentParser()
-    add_eval_arguments(parser)
-    args = parser.parse_args([
-        "--target", target_dir, "--prompts", str(prompts), "--draft", str(heads["eagle3"]),
-        "--eagle1", str(heads["eagle1"]), "--draft-lm", str(draft_lm),
-        "--methods", "vanilla,hf-generate,eagle3,eagle1,draft-lm,prompt-lookup,hf-assisted",
-        "--out", str(out / f"eval_{name}"), "--overwrite", "--device", "cpu", *sizes["eval"], *sizes["states"][name]])
+    plan = EvalPlan(target=target_dir, prompts=str(prompts), methods=list(METHODS),
+                    drafts={"eagle3": str(heads["eagle3"]), "eagle1": str(heads["eagle1"]), "draft-lm": str(draft_lm)},
+                    out=str(out / f"eval_{name}"), overwrite=True, device="cpu", **sizes["eval"], **sizes["states"][name])
     _say(f"evaluating on {name}: every method side by side (tune split picks gamma, test split reports)")
-    return run_eval(args)
+    return run_eval(plan)
 
 
 def first_token_check(target_dir: str, head_dir: Path, prompt: str, rows: int, seed: int = 0) -> dict:
@@ -323,14 +331,14 @@ def first_token_check(target_dir: str, head_dir: Path, prompt: str, rows: int, s
     """
     import torch
     from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from eaglehead.builtin.models import load_target
+    from eaglehead.builtin.text import encode_prompt
     from eaglehead.decode import SamplingConfig, probs, speculative_generate
     from eaglehead.decode.eagle import load_eagle_drafter
 
-    tok = AutoTokenizer.from_pretrained(target_dir)
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    ids = tok(prompt, return_tensors="pt")["input_ids"]
+    target, tok = load_target(target_dir, dtype=torch.float32)
+    ids = torch.tensor([encode_prompt(tok, prompt, chat=False)])
     sampling = SamplingConfig(temperature=1.0)
     with torch.no_grad():
         p = probs(target(ids).logits[0, -1], sampling).double()

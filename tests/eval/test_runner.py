@@ -12,10 +12,11 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from tokenizers.trainers import WordLevelTrainer
 from transformers import PreTrainedTokenizerFast
 
-import eaglehead.eval.runner as runner
+import eaglehead.eval.schedule as schedule
 from eaglehead.decode import DraftModelDrafter, PromptLookupDrafter
+from eaglehead.eval.plan import add_eval_arguments, parse_gamma, plan_from_args
 from eaglehead.eval.report import check_report_consistency
-from eaglehead.eval.runner import add_eval_arguments, parse_gamma, run_eval
+from eaglehead.eval.runner import run_eval
 from tests.tiny_models import tiny_llama
 
 SENTENCES = [
@@ -71,11 +72,13 @@ def workspace(tmp_path_factory):
     return {"root": root, "prompts": prompts, "vocab": vocab, "tok": tok, "second_lm": second_lm}
 
 
-def _args(ws, out, *extra):
+def _args(ws, out, *extra, factories=None):
+    """The plan ``eaglehead eval`` would build from these options (validated on construction)."""
     parser = argparse.ArgumentParser()
     add_eval_arguments(parser)
-    return parser.parse_args(["--target", str(ws["root"] / "target"), "--prompts", str(ws["prompts"]),
+    args = parser.parse_args(["--target", str(ws["root"] / "target"), "--prompts", str(ws["prompts"]),
                               "--out", str(out), "--device", "cpu", "--max-new-tokens", "8", *extra])
+    return plan_from_args(args, drafter_factories=factories)
 
 
 def _factories(ws):
@@ -91,8 +94,8 @@ ALL = "vanilla,hf-generate,eagle3,eagle1,draft-lm,prompt-lookup,hf-assisted"
 def full_report(workspace, tmp_path_factory):
     out = tmp_path_factory.mktemp("full") / "report"
     args = _args(workspace, out, "--draft-lm", str(workspace["root"] / "draft"), "--methods", ALL,
-                 "--gamma", "3", "--temperature", "0", "1", "--batch-sizes", "1,2")
-    return run_eval(args, drafter_factories=_factories(workspace)), out
+                 "--gamma", "3", "--temperature", "0", "1", "--batch-sizes", "1,2", factories=_factories(workspace))
+    return run_eval(args), out
 
 
 def test_report_files_and_consistency(full_report):
@@ -144,7 +147,7 @@ def test_greedy_identity_of_every_exact_method(full_report):
 
 
 def test_identity_check_detects_a_different_output(workspace, tmp_path, monkeypatch):
-    real = runner.speculative_generate
+    real = schedule.speculative_generate
 
     def corrupt(*a, **kw):  # a broken "exact" method: the first token of every row is changed
         res = real(*a, **kw)
@@ -152,7 +155,7 @@ def test_identity_check_detects_a_different_output(workspace, tmp_path, monkeypa
             toks[0] = (toks[0] + 1) % workspace["vocab"]
         return res
 
-    monkeypatch.setattr(runner, "speculative_generate", corrupt)
+    monkeypatch.setattr(schedule, "speculative_generate", corrupt)
     report = run_eval(_args(workspace, tmp_path / "r", "--methods", "vanilla,prompt-lookup", "--gamma", "2"))
     by = {r["method"]: r for r in report["runs"] if r["category"] == "all"}
     assert by["vanilla"]["identical_to_vanilla"] is True
@@ -162,9 +165,9 @@ def test_identity_check_detects_a_different_output(workspace, tmp_path, monkeypa
 
 def test_gamma_auto_tunes_on_tune_split_and_reports_test(workspace, tmp_path, monkeypatch):
     # hf-assisted without --draft-lm uses transformers' prompt lookup (the full run covers its draft LM).
-    calls, totals, real_call, real_count = [], [], runner.run_call, runner._count_calls
-    monkeypatch.setattr(runner, "run_call", lambda *a, **k: calls.append(a[1]) or real_call(*a, **k))
-    monkeypatch.setattr(runner, "_count_calls", lambda *a: totals.append(real_count(*a)) or totals[-1])
+    calls, totals, real_call, real_count = [], [], schedule.run_call, schedule.count_calls
+    monkeypatch.setattr(schedule, "run_call", lambda *a, **k: calls.append(a[1]) or real_call(*a, **k))
+    monkeypatch.setattr(schedule, "count_calls", lambda *a: totals.append(real_count(*a)) or totals[-1])
     report = run_eval(_args(workspace, tmp_path / "auto", "--methods", "vanilla,prompt-lookup,hf-assisted",
                             "--gamma", "auto", "--max-new-tokens", "6", "--batch-sizes", "1,2"))
     assert totals == [len(calls)] and len(calls) > 0  # the progress bar's total is the calls really made
@@ -219,9 +222,9 @@ def test_draft_for_another_target(workspace, tmp_path):
                        "--draft-lm", str(workspace["root"] / "other_draft")))
     wrong = {"eagle3": lambda target: PromptLookupDrafter(workspace["vocab"] + 1)}
     with pytest.raises(ValueError, match="--draft: vocabulary size"):
-        run_eval(_args(workspace, tmp_path / "o", "--methods", "vanilla,eagle3"), drafter_factories=wrong)
+        run_eval(_args(workspace, tmp_path / "o", "--methods", "vanilla,eagle3", factories=wrong))
     with pytest.raises(ValueError, match="drafter_factories"):
-        run_eval(_args(workspace, tmp_path / "o"), drafter_factories={"medusa": lambda t: None})
+        run_eval(_args(workspace, tmp_path / "o", factories={"medusa": lambda t: None}))
 
 
 def test_refuses_non_empty_out(workspace, tmp_path):

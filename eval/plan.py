@@ -1,0 +1,243 @@
+"""What ``eaglehead eval`` runs, as one typed plan validated once: :class:`EvalPlan`.
+
+The command line parses its options into a plan with :func:`plan_from_args`; Python callers (the demo,
+tests) build one directly::
+
+    plan = EvalPlan(target="runs/target", prompts="humaneval", drafts={"eagle3": "runs/head"},
+                    gamma_mode="auto", gammas=(2, 3, 4, 5, 6), temperatures=(0.0, 1.0), batch_sizes=(1, 4))
+    report = run_eval(plan)
+
+Every error names the command-line option it comes from (``--gamma``, ``--batch-sizes``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import torch
+from torch import nn
+
+from eaglehead.builtin.devices import DTYPES
+from eaglehead.builtin.models import check_model_name
+from eaglehead.decode import DEFAULT_GAMMA
+
+from .prompts import Prompt, load_prompt_set, split_prompts
+
+METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
+DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup")  # our loop with a drafter
+GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted")
+PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "draft-lm": "--draft-lm"}
+AUTO_GAMMAS = tuple(range(1, 9))
+MAX_GAMMA = 16
+DrafterFactory = Callable[[nn.Module], Any]  # target -> a Drafter, called once per method
+GammaMode = Literal["fixed", "sweep", "auto"]
+
+
+@dataclass
+class EvalPlan:
+    """One evaluation: the target, its drafters, the prompt set, the methods and every serving state.
+
+    ``drafts`` maps a method (``eagle3``, ``eagle1``, ``draft-lm``) to its checkpoint path;
+    ``drafter_factories`` maps a drafter method to a ``target -> Drafter`` callable that replaces the
+    built-in loader (tests, custom drafters). ``methods=None`` means vanilla, hf-generate,
+    prompt-lookup and every method with a path or a factory; vanilla is always run first (it is the
+    baseline). ``gamma_mode`` is ``fixed`` (one gamma), ``sweep`` (every gamma measured on the test
+    split) or ``auto`` (each gamma tried on the tune split, the chosen one reported on the test split).
+    """
+
+    target: str
+    prompts: str  # a prompt JSONL file (MT-bench/Spec-Bench format) or 'humaneval'
+    drafts: dict[str, str] = field(default_factory=dict)
+    methods: list[str] | None = None
+    gamma_mode: GammaMode = "fixed"
+    gammas: tuple[int, ...] = (DEFAULT_GAMMA,)
+    temperatures: tuple[float, ...] = (0.0,)
+    batch_sizes: tuple[int, ...] = (1,)
+    max_new_tokens: int = 128  # the token budget of every request
+    tune_fraction: float = 0.25
+    max_prompts: int | None = None
+    out: str = "runs/eval"
+    overwrite: bool = False
+    seed: int = 0
+    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+    dtype: str = "float32"
+    drafter_factories: dict[str, DrafterFactory] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.drafter_factories) - set(DRAFTER_METHODS))
+        if unknown:
+            raise ValueError(f"drafter_factories: unknown method(s) {unknown}; expected keys among "
+                             f"{list(DRAFTER_METHODS)}")
+        bad_drafts = sorted(set(self.drafts) - set(PATH_OPTION))
+        if bad_drafts:
+            raise ValueError(f"drafts: unknown method(s) {bad_drafts}; expected keys among {list(PATH_OPTION)}")
+        self.drafts = {m: str(p) for m, p in self.drafts.items() if p}
+        out = Path(self.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not self.overwrite:
+            raise ValueError(f"--out {str(out)!r} exists and is not empty; pass --overwrite to write into it")
+        self.temperatures = tuple(self.temperatures)
+        if not self.temperatures or any(not (isinstance(t, (int, float)) and not isinstance(t, bool) and
+                                             math.isfinite(t) and t >= 0) for t in self.temperatures):
+            raise ValueError(f"--temperature values must be finite numbers >= 0, got {list(self.temperatures)!r}")
+        self.temperatures = tuple(float(t) for t in self.temperatures)
+        if not _positive_int(self.max_new_tokens):
+            raise ValueError(f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.max_prompts is not None and not _positive_int(self.max_prompts):
+            raise ValueError(f"--max-prompts must be >= 1, got {self.max_prompts!r}")
+        tf = self.tune_fraction
+        if isinstance(tf, bool) or not isinstance(tf, (int, float)) or not 0.0 <= tf < 1.0:
+            raise ValueError(f"--tune-fraction must be in [0, 1), got {tf!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        try:
+            torch.device(self.device)
+        except RuntimeError:
+            raise ValueError(f"--device: expected a torch device such as cpu or cuda, got {self.device!r}") from None
+        check_model_name(self.target, "--target")
+        self.gammas = _check_gammas(self.gamma_mode, self.gammas)
+        self.batch_sizes = tuple(dict.fromkeys(self.batch_sizes))
+        if not self.batch_sizes or not all(_positive_int(b) for b in self.batch_sizes):
+            raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {list(self.batch_sizes)!r}")
+        self.methods = self._resolve_methods()
+
+    def _resolve_methods(self) -> list[str]:
+        if self.methods is None:
+            names = ["vanilla", "hf-generate", "prompt-lookup"] + [
+                m for m in PATH_OPTION if m in self.drafts or m in self.drafter_factories]
+        else:
+            names = list(self.methods)
+        unknown = [m for m in names if m not in METHODS]
+        if unknown or not names:
+            raise ValueError(f"--methods: unknown method(s) {unknown}; expected a comma-separated subset of "
+                             f"{list(METHODS)}")
+        names = ["vanilla"] + [m for m in dict.fromkeys(names) if m != "vanilla"]
+        for m in names:
+            if m in PATH_OPTION and m not in self.drafter_factories and m not in self.drafts:
+                raise ValueError(f"--methods {m} needs {PATH_OPTION[m]} PATH")
+        return names
+
+    @property
+    def prompt_set(self) -> str:
+        """The prompt set's name in the report: ``humaneval`` or the file's stem."""
+        return "humaneval" if self.prompts == "humaneval" else Path(self.prompts).stem
+
+    def state_methods(self, batch_size: int) -> tuple[list[str], list[str]]:
+        """(methods run at ``batch_size``, those of them that draft with a gamma); hf-assisted is batch 1 only."""
+        methods = [m for m in self.methods if m != "hf-assisted" or batch_size == 1]
+        return methods, [m for m in methods if m in GAMMA_METHODS]
+
+    def load_prompts(self) -> tuple[list[Prompt], list[Prompt]]:
+        """(tune, test) prompts; errors name ``--prompts`` (or the option that emptied a split)."""
+        try:
+            prompts = load_prompt_set(self.prompts)
+            tune, test = split_prompts(prompts, tune_fraction=self.tune_fraction)
+        except ValueError as err:
+            raise ValueError(f"--prompts: {err}") from None
+        if self.max_prompts:
+            tune, test = tune[: self.max_prompts], test[: self.max_prompts]
+        if not test:
+            raise ValueError(f"--prompts: the test split of {len(prompts)} prompts is empty; lower --tune-fraction")
+        if self.gamma_mode == "auto" and not tune and any(m in GAMMA_METHODS for m in self.methods):
+            raise ValueError(f"--gamma auto needs a non-empty tune split; {len(prompts)} prompts gave none "
+                             "(raise --tune-fraction)")
+        return tune, test
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain data for the report (the factories are code: only their method names)."""
+        out = {k: v for k, v in vars(self).items() if k != "drafter_factories"}
+        out.update(gammas=list(self.gammas), temperatures=list(self.temperatures), batch_sizes=list(self.batch_sizes),
+                   prompt_set=self.prompt_set, drafter_factories=sorted(self.drafter_factories))
+        return out
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _check_gammas(mode: str, gammas) -> tuple[int, ...]:
+    gammas = tuple(gammas)
+    if mode not in ("fixed", "sweep", "auto"):
+        raise ValueError(f"--gamma: mode must be fixed, sweep or auto, got {mode!r}")
+    if not gammas or not all(_positive_int(g) and g <= MAX_GAMMA for g in gammas):
+        raise ValueError(f"--gamma must lie in 1..{MAX_GAMMA}, got {list(gammas)!r}")
+    if mode == "fixed" and len(gammas) != 1:
+        raise ValueError(f"--gamma: a fixed gamma is one value, got {list(gammas)!r}")
+    return gammas
+
+
+# ------------------------------------------------------------------------------------ command line
+
+def parse_gamma(text: str) -> tuple[GammaMode, list[int]]:
+    """``"4"`` -> ("fixed", [4]); ``"2..5"`` -> ("sweep", [2, 3, 4, 5]); ``"auto"`` -> ("auto", [1..8]);
+    ``"auto:2..6"`` -> ("auto", [2..6]) (tune over a narrower range)."""
+    text = str(text).strip()
+    if text == "auto":
+        return "auto", list(AUTO_GAMMAS)
+    if text.startswith("auto:"):
+        mode, gammas = parse_gamma(text[5:])
+        if mode != "sweep":
+            raise ValueError(f"--gamma auto:a..b needs a range, got {text!r}")
+        return "auto", gammas
+    try:
+        if ".." in text:
+            lo, hi = (int(v) for v in text.split(".."))
+            mode, gammas = "sweep", list(range(lo, hi + 1))
+        else:
+            mode, gammas = "fixed", [int(text)]
+    except ValueError:
+        raise ValueError(f"--gamma must be an integer, a range 'a..b' or 'auto', got {text!r}") from None
+    if not gammas or not all(1 <= g <= MAX_GAMMA for g in gammas):
+        raise ValueError(f"--gamma must lie in 1..{MAX_GAMMA} (a range needs a <= b), got {text!r}")
+    return mode, gammas
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {text!r}")
+    return sizes
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``eaglehead eval`` options to ``parser``."""
+    a = parser.add_argument
+    a("--target", required=True, help="Hugging Face causal LM directory (with its tokenizer)")
+    a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format) or 'humaneval'")
+    a("--draft", help="EAGLE-3 head directory (method eagle3)")
+    a("--eagle1", help="EAGLE-1 head directory (method eagle1)")
+    a("--draft-lm", help="small causal LM sharing the target's vocabulary (methods draft-lm, hf-assisted)")
+    a("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}; default: vanilla, "
+      "hf-generate, prompt-lookup and every method whose path is given")
+    a("--gamma", default=str(DEFAULT_GAMMA),
+      help="draft length 1..16, a sweep 'a..b', or 'auto' (1..8 tuned on the tune split)")
+    a("--temperature", type=float, nargs="+", default=[0.0], help="one or more temperatures (0 = greedy)")
+    a("--batch-sizes", default="1", help="comma-separated batch sizes, e.g. 1,4,8")
+    a("--max-new-tokens", type=int, default=128)
+    a("--tune-fraction", type=float, default=0.25, help="share of each category used to tune gamma")
+    a("--max-prompts", type=int, default=None, help="use at most this many prompts per split (quick runs)")
+    a("--out", default="runs/eval", help="output directory (must be empty unless --overwrite)")
+    a("--overwrite", action="store_true", help="write into a non-empty --out")
+    a("--seed", type=int, default=0)
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a("--dtype", default="float32", help="float32 | bfloat16 | float16")
+
+
+def plan_from_args(args: argparse.Namespace,
+                   drafter_factories: dict[str, DrafterFactory] | None = None) -> EvalPlan:
+    """The plan of parsed ``eaglehead eval`` options (see :func:`add_eval_arguments`), validated."""
+    mode, gammas = parse_gamma(args.gamma)
+    methods = None if args.methods is None else [m.strip() for m in str(args.methods).split(",") if m.strip()]
+    drafts = {"eagle3": args.draft, "eagle1": args.eagle1, "draft-lm": args.draft_lm}
+    return EvalPlan(target=args.target, prompts=args.prompts, drafts={m: p for m, p in drafts.items() if p},
+                    methods=methods, gamma_mode=mode, gammas=tuple(gammas), temperatures=tuple(args.temperature),
+                    batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)), max_new_tokens=args.max_new_tokens,
+                    tune_fraction=args.tune_fraction, max_prompts=args.max_prompts, out=str(args.out),
+                    overwrite=args.overwrite, seed=args.seed, device=args.device, dtype=args.dtype,
+                    drafter_factories=dict(drafter_factories or {}))

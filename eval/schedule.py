@@ -1,0 +1,133 @@
+"""Scheduling and timing of evaluation calls: batches, interleaving, warm-up, peak memory.
+
+Within a serving state (temperature, batch size) the methods run interleaved batch by batch
+(A B C A B C ..., the order rotated per batch), after one untimed warm-up call each. Batches are
+left-padded and never mix categories, so per-category metrics are exact (a category's last batch may
+be smaller than the batch size). Peak memory: ``torch.cuda.max_memory_allocated`` reset before each
+call (max over the method's calls); on CPU the process's RSS high-water mark (``resource.getrusage``),
+which is process-wide and never resets, so it only bounds each method.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from eaglehead.builtin.text import left_pad
+from eaglehead.decode import GenerationResult, SamplingConfig, speculative_generate, vanilla_generate
+
+from .hf_baselines import hf_generate
+from .plan import EvalPlan
+from .prompts import Prompt
+
+WARMUP_TOKENS = 8
+Key = tuple[str, "int | None"]  # (method, gamma); methods that do not draft carry None
+Item = tuple[Prompt, list[int]]  # a prompt and its token ids
+
+
+@dataclass
+class Models:
+    """What every generation call of one evaluation reads: the models and the token conventions."""
+
+    target: nn.Module
+    draft_lm: nn.Module | None
+    drafters: dict[str, Any]
+    eos: set[int]
+    pad_id: int
+    device: torch.device
+    max_new: int
+    seed: int
+
+
+@dataclass
+class MethodRuns:
+    """One method's calls in one serving state: ``pairs`` (category, result) per batch, and per prompt
+    id its tokens and whether it ended at EOS; ``peak`` memory in bytes."""
+
+    pairs: list[tuple[str, GenerationResult]] = field(default_factory=list)
+    tokens: dict[str, list[int]] = field(default_factory=dict)
+    eos: dict[str, bool] = field(default_factory=dict)
+    peak: int = 0
+
+
+def make_batches(items: list[Item], batch_size: int) -> list[list[Item]]:
+    """Chunks of ``(Prompt, ids)`` of at most ``batch_size``, never mixing categories (sorted)."""
+    by_cat: dict[str, list] = {}
+    for item in items:
+        by_cat.setdefault(item[0].category, []).append(item)
+    return [group[i:i + batch_size] for c in sorted(by_cat) for group in [by_cat[c]]
+            for i in range(0, len(group), batch_size)]
+
+
+def run_call(m: Models, method: str, gamma: int | None, ids, mask, sampling: SamplingConfig, max_new: int,
+             seed: int) -> GenerationResult:
+    """One generate call of ``method`` on a left-padded batch."""
+    if method in ("hf-generate", "hf-assisted"):
+        return hf_generate(m.target, m.draft_lm, ids, mask, sampling, gamma=gamma, max_new=max_new, seed=seed,
+                           eos=m.eos, pad_id=m.pad_id, device=m.device)
+    gen = torch.Generator(device=m.device).manual_seed(seed)
+    common = dict(sampling=sampling, max_new_tokens=max_new, eos_token_id=sorted(m.eos) or None,
+                  attention_mask=mask, generator=gen)
+    if method == "vanilla":
+        return vanilla_generate(m.target, ids, **common)
+    return speculative_generate(m.target, m.drafters[method], ids, gamma=gamma, **common)
+
+
+def _peak_reset(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_read(device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB, macOS bytes
+
+
+def run_state(m: Models, items: list[Item], keys: list[Key], temperature: float, batch_size: int,
+              bar=None) -> dict[Key, MethodRuns]:
+    """Run every ``(method, gamma)`` of ``keys`` over ``items``, interleaved per batch. ``bar`` (a tqdm
+    bar) advances by one per generation call, warm-ups included."""
+    sampling = SamplingConfig(temperature=temperature)
+    batches = make_batches(items, batch_size)
+    padded = [left_pad([ids for _, ids in batch], m.pad_id, m.device) for batch in batches]
+    for method, gamma in keys:  # warm-up, untimed: first calls pay one-off allocation and kernel selection
+        run_call(m, method, gamma, *padded[0], sampling, min(WARMUP_TOKENS, m.max_new), m.seed)
+        if bar is not None:
+            bar.update(1)
+    out = {k: MethodRuns() for k in keys}
+    for i, (batch, (ids, mask)) in enumerate(zip(batches, padded)):
+        r = i % len(keys)
+        for key in keys[r:] + keys[:r]:
+            _peak_reset(m.device)
+            res = run_call(m, key[0], key[1], ids, mask, sampling, m.max_new, m.seed + i)
+            rec = out[key]
+            rec.peak = max(rec.peak, _peak_read(m.device))
+            rec.pairs.append((batch[0][0].category, res))
+            for (prompt, _), toks, eos in zip(batch, res.tokens, res.finished_by_eos):
+                rec.tokens[prompt.id] = toks
+                rec.eos[prompt.id] = eos
+            if bar is not None:
+                bar.set_postfix_str(f"T={temperature:g} B={batch_size} {key[0]} gamma={key[1]}", refresh=False)
+                bar.update(1)
+    return out
+
+
+def count_calls(plan: EvalPlan, tune: list[Item], test: list[Item]) -> int:
+    """Generation calls ``run_eval`` will make (warm-ups included), for the progress bar's ETA."""
+    total = 0
+    for bsz in plan.batch_sizes:
+        methods, spec = plan.state_methods(bsz)
+        auto = plan.gamma_mode == "auto"
+        tune_keys = len(spec) * len(plan.gammas) if auto and spec else 0
+        test_keys = len(methods) - len(spec) + len(spec) * (1 if auto else len(plan.gammas))
+        if tune_keys:
+            total += tune_keys * (1 + len(make_batches(tune, bsz)))
+        total += test_keys * (1 + len(make_batches(test, bsz)))
+    return total * len(plan.temperatures)
