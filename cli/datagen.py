@@ -319,7 +319,12 @@ def run(cfg: ChatDataConfig) -> dict:
     """Every stage, resuming from the shards already in ``cfg.out_dir``; returns the manifest."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(dump_config(cfg), indent=2))
+    resolved = json.dumps(_shard_defining(cfg), indent=2, sort_keys=True)
+    saved = out / "config.json"
+    if saved.is_file() and saved.read_text() != resolved:
+        raise ValueError(f"{saved}: this output directory was started with another config (its shards would mix "
+                         "with this one's); use a new out_dir, or delete the directory to start over")
+    saved.write_text(resolved)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
@@ -356,6 +361,14 @@ def run(cfg: ChatDataConfig) -> dict:
                 "seconds_this_run": round(time.perf_counter() - t0, 1)}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def _shard_defining(cfg: ChatDataConfig) -> dict:
+    """The settings that decide what the shards hold (device, dtype of compute and threads do not)."""
+    data = dump_config(cfg)
+    for key in ("out_dir", "device", "threads"):
+        data.pop(key)
+    return data
 
 
 def random_subset(items: list[int], fraction: float, seed: int) -> list[int]:

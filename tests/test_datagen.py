@@ -127,3 +127,11 @@ def test_sample_batch_drops_finished_rows_and_matches_unbatched_greedy(target_di
     for b in (0, 2):  # the rows left in the compacted batch continue exactly as before
         cut = batched[b].index(eos) + 1 if eos in batched[b] else 7
         assert rows[b] == batched[b][:cut]
+
+
+def test_an_output_dir_started_with_another_config_is_refused(target_dir, tmp_path):
+    datagen.run(_cfg(target_dir, tmp_path))
+    before = (tmp_path / "conversations.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="config.json: this output directory was started with another config"):
+        datagen.run(_cfg(target_dir, tmp_path, magpie_prompts=5))
+    assert (tmp_path / "conversations.jsonl").read_bytes() == before
