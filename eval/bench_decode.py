@@ -38,6 +38,7 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from transformers.generation.streamers import BaseStreamer
 
+from eaglehead.builtin.devices import sync
 from eaglehead.decode import PromptLookupDrafter, SamplingConfig, speculative_generate, vanilla_generate
 
 GREEDY = SamplingConfig(temperature=0)
@@ -118,11 +119,6 @@ def method_runners(model: LlamaForCausalLM, new_tokens: int, lookup_tokens: int)
             "hf-prompt-lookup": hf(cfg_lookup)}
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def interleaved_timings(runners: dict[str, Runner], prompts: list[torch.Tensor], repeats: int) -> dict:
     """Warm up, then time ``repeats`` interleaved rounds over all prompts.
 
@@ -142,10 +138,10 @@ def interleaved_timings(runners: dict[str, Runner], prompts: list[torch.Tensor],
         for i, x in enumerate(prompts):
             k = (r + i) % len(names)
             for name in names[k:] + names[:k]:  # rotate which method goes first
-                _sync(device)
+                sync(device)
                 t0, c0 = time.perf_counter(), time.process_time()
                 toks, n_rounds = runners[name](x)
-                _sync(device)
+                sync(device)
                 wall[name][r][i] = time.perf_counter() - t0
                 cpu[name][r][i] = time.process_time() - c0
                 if r == repeats - 1:

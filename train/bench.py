@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from eaglehead.builtin.devices import sync
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.draftheads.taps import FeatureTaps
@@ -109,12 +110,10 @@ def measure(args) -> list[dict]:
             step(online)  # warm-up
             times = []
             for _ in range(args.repeats):
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
+                sync(dev)
                 t0 = time.perf_counter()
                 step(online)
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
+                sync(dev)
                 times.append(time.perf_counter() - t0)
             rec[f"{name}_tok_s"] = args.batch * args.seq / sorted(times)[len(times) // 2]
         rec["saved_bytes"], _ = _saved_bytes(lambda: rollout(head, cached, lm_w, depth=depth).loss())
