@@ -1,6 +1,6 @@
 """A Hugging Face causal LM with a KV cache whose rows may hold different numbers of valid tokens.
 
-Convention (the seed, section 5): with ``L`` committed tokens, the target cache holds the first
+Convention: with ``L`` committed tokens, the target cache holds the first
 ``L - 1``; the last committed token is pending and is fed first in the next call. Rows of a batch
 accept different numbers of drafts, but ``DynamicCache.crop`` drops the same count from every row.
 So the cache is kept *physically* aligned across rows and each row carries a validity mask:

@@ -1,4 +1,4 @@
-"""Draft-length selection from measured per-gamma means (seed section 6).
+"""Draft-length selection from measured per-gamma means.
 
 Usage::
 

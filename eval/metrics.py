@@ -14,7 +14,7 @@ Inputs are any objects with the attributes of ``decode.generate``'s records:
 ``committed`` may list every batch row (inactive rows are masked out with ``active``) or only the
 active rows, in batch order.
 
-Conventions (FORMATS.md "Metric conventions", seed sections 4, 6 and 8). A *row-round* is one active
+Conventions. A *row-round* is one active
 batch row in one target round; ``A`` is its count of consecutively accepted drafts.
 
 - ``tau`` = 1 + mean A over row-rounds: tokens committed per target round *including the
@@ -25,8 +25,8 @@ batch row in one target round; ``A`` is its count of consecutively accepted draf
   i = 1..gamma_max, both over the row-rounds whose gamma >= i only, so mixed draft lengths are not
   counted as rejections. ``None`` where no row-round drafted position i.
 - ``acceptance_rate`` = accepted / drafted; it depends on gamma, never compare it across gammas.
-- ``time_per_token_s`` = sum over rounds of (T_d + T_v + T_b) / sum of committed tokens (seed
-  section 6: cumulative time over cumulative output, never the mean of per-round ratios). It covers
+- ``time_per_token_s`` = sum over rounds of (T_d + T_v + T_b) / sum of committed tokens
+  (cumulative time over cumulative output, never the mean of per-round ratios). It covers
   decode rounds only; prefill shows up in TTFT. ``speedup`` divides two of these.
 - Per request (batch row): TTFT = first token time - t_start; latency = last token time - t_start;
   TPOT = (latency - TTFT) / (output_len - 1), averaged over requests with >= 2 tokens.

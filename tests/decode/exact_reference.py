@@ -54,7 +54,7 @@ def residual(p: Dist, q: Dist) -> Dist:
 
 
 def single_step_output(p: Dist, q: Dist, after_reject: str = "residual") -> Dist:
-    """Output law of one verified position with ``x ~ q`` (the seed's section 2/3 example).
+    """Output law of one verified position with ``x ~ q`` (the three-token worked example).
 
     ``after_reject="target"`` is the wrong correction "resample from p after rejection".
     """
@@ -225,7 +225,7 @@ def frequency_mismatches(
 
 # --- test cases: the seed's example and random conditional trees ----------------------------------
 
-SEED_P = (Fraction(1, 2), Fraction(3, 10), Fraction(1, 5))  # seed section 3: p over (A, B, C)
+SEED_P = (Fraction(1, 2), Fraction(3, 10), Fraction(1, 5))  # the worked example: p over (A, B, C)
 SEED_Q = (Fraction(1, 5), Fraction(1, 5), Fraction(3, 5))  # and the draft's q
 
 PAIR_KINDS = ["random", "equal", "q_misses_p", "p_misses_q", "point_p", "point_q", "point_both",
@@ -249,7 +249,7 @@ def _point(vocab: int, x: int) -> Dist:
 
 
 def _pair(rng: random.Random, vocab: int, kind: str) -> tuple[Dist, Dist]:
-    """One ``(p, q)`` at a prefix; every kind is an edge case of the contract (section 2)."""
+    """One ``(p, q)`` at a prefix; every kind is an edge case of the verifier's contract."""
     if kind == "mixed":
         kind = rng.choice(PAIR_KINDS)
     if kind == "random":  # zeros appear often: q(x)=0<p(x) and p(x)=0<q(x) both occur

@@ -1,4 +1,4 @@
-"""Exact distribution contract of the linear-chain verifier (seed sections 1-5 and 8).
+"""Exact distribution contract of the linear-chain verifier (a chain of drafts, rejection and residual resampling, ties and edge cases).
 
 Part 1 checks the algorithm itself with exact rationals (``exact_reference``): the seed's three-token
 example, then exhaustive enumeration of every acceptance/residual path on conditional trees
@@ -37,7 +37,7 @@ from .exact_reference import (
     target_distribution,
 )
 
-# --- the seed's three-token example (section 3) ------------------------------------------------
+# --- a three-token worked example -------------------------------------------------------------------
 
 def test_seed_example_acceptance_residual_and_output() -> None:
     accepted_mass = [SEED_Q[x] * acceptance(SEED_P, SEED_Q, x) for x in range(3)]
@@ -84,7 +84,7 @@ def test_committed_tokens_follow_target_exactly(kind: str, vocab: int, gamma: in
 
 @pytest.mark.parametrize("gamma", [1, 2])
 def test_mixed_edge_case_trees(gamma: int) -> None:
-    """64 trees where every prefix draws its own edge case (seed section 8's tree count)."""
+    """64 trees where every prefix draws its own edge case."""
     for seed in range(64):
         target, draft = make_trees("mixed", 3, seed)
         assert check_tree(target, draft, draft, gamma) == [], (gamma, seed)
