@@ -50,7 +50,10 @@ def test_tiny_demo_runs_from_the_installed_wheel(wheel, tmp_path):
                    check=True, capture_output=True)
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    # One torch thread, as conftest.py sets for the in-process tests: the toy models are all per-op
+    # overhead, and two threads only contend with each other and anything else on a 2-core machine.
+    env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     where = subprocess.run([sys.executable, "-c", "import eaglehead.demo, eaglehead.builtin.shipped as s; "
                             "print(eaglehead.demo.__file__); print(eaglehead.demo.CONFIGS); print(s.ASSETS_DIR)"],
                            cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.split()
