@@ -10,7 +10,8 @@ from eaglehead.train.config import load_config
 from eaglehead.train.recipe import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TRAIN = sorted(p for p in CONFIGS.glob("*.yaml"))
+TRAIN = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.endswith("-data.yaml"))
+DATA = sorted(CONFIGS.glob("*-data.yaml"))  # chat data the target writes (eaglehead.datagen)
 ACCEL = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
@@ -27,6 +28,16 @@ def test_training_config_loads_and_documents_its_launch_command(path):
     assert cfg.rollout.depth >= 1 and cfg.optim.max_steps >= 1
     header = path.read_text().split("\n", 3)
     assert any("eaglehead" in line for line in header if line.startswith("#"))
+
+
+@pytest.mark.parametrize("path", DATA, ids=lambda p: p.name)
+def test_chat_data_config_loads_and_documents_its_command(path):
+    from eaglehead.datagen import ChatDataConfig
+
+    cfg = load_config(ChatDataConfig, path)
+    assert cfg.synthesis.magpie_prompts + cfg.synthesis.stdlib_prompts > 0
+    assert any(line.startswith("#") and "eaglehead prepare --data-config" in line
+               for line in path.read_text().splitlines())
 
 
 @pytest.mark.parametrize("path", ACCEL, ids=lambda p: p.name)
