@@ -6,12 +6,15 @@ from __future__ import annotations
 import torch
 
 
-def encode_prompt(tok, text: str, *, chat: bool = True) -> list[int]:
+def encode_prompt(tok, text: str, *, chat: bool = True, history: tuple | list = ()) -> list[int]:
     """Token ids of one user turn: through the tokenizer's chat template (with the generation prompt)
-    when ``chat`` and the tokenizer has one, else the raw text."""
+    when ``chat`` and the tokenizer has one, else the raw text. ``history`` holds the earlier messages
+    (``{"role", "content"}`` dicts) of a multi-turn conversation; it needs a chat template."""
+    if history and not (chat and getattr(tok, "chat_template", None)):
+        raise ValueError("a multi-turn prompt (history of earlier turns) needs a tokenizer with a chat template")
     if chat and getattr(tok, "chat_template", None):
-        enc = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=True)
+        messages = [dict(m) for m in history] + [{"role": "user", "content": text}]
+        enc = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = enc["input_ids"]
     else:
         ids = tok(text)["input_ids"]

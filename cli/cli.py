@@ -2,6 +2,7 @@
 
     eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 4]
     eaglehead prepare --config configs/NAME.yaml [--cache-features DIR] [key=value ...]
+    eaglehead prepare --data-config configs/NAME-data.yaml [key=value ...]   (chat data the target writes)
     eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
     eaglehead export CKPT --format eagle3|speculators --out DIR
     eaglehead eval --target PATH --draft PATH --prompts SET [...]
@@ -78,6 +79,19 @@ def _train_config(args):
 
 
 def cmd_prepare(args) -> int:
+    if not (args.config or args.data_config):
+        raise ValueError("eaglehead prepare needs --config (training data) and/or --data-config (chat data)")
+    if args.data_config:  # chat data the target writes itself (resumable), before any tokenising
+        from eaglehead import datagen
+        from eaglehead.train.config import load_config
+
+        # key=value overrides go to the training config when both are given.
+        cfg = load_config(datagen.ChatDataConfig, args.data_config, [] if args.config else args.overrides)
+        manifest = datagen.run(cfg)
+        print(f"[prepare] {manifest['conversations']} conversations, {manifest['answer_tokens']} answer tokens "
+              f"-> {Path(cfg.out_dir) / manifest['file']}")
+        if not args.config:
+            return 0
     from eaglehead.train.prepare import prepare
 
     prepare(_train_config(args), cache_dir=args.cache_features, device=args.device)
@@ -152,8 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     g.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("prepare", help="tokenise training data, count the draft vocabulary, cache features")
-    p.add_argument("--config", required=True)
+    p = sub.add_parser("prepare", help="write chat data with the target (--data-config); tokenise training data, "
+                       "count the draft vocabulary, cache features (--config)")
+    p.add_argument("--config", default=None, help="training config (tokenise, draft vocabulary, features)")
+    p.add_argument("--data-config", default=None,
+                   help="chat data config: synthesise prompts and regenerate answers with the target first")
     p.add_argument("--cache-features", default=None, help="directory for offline target features")
     p.add_argument("--device", default=None)
     p.add_argument("overrides", nargs="*", help="key=value overrides")

@@ -26,26 +26,34 @@ def _identity(rec: MethodRuns, base: MethodRuns, ids: list[str], greedy: bool) -
 
 
 def method_records(key: Key, rec: MethodRuns, base: MethodRuns, category_of: dict[str, str], greedy: bool,
-                   state: dict, extra: dict) -> list[dict]:
-    """The ``runs`` entries of one method in one state: ``all`` first, then one per category."""
+                   state: dict, extra: dict, turn_of: dict[str, int] | None = None) -> list[dict]:
+    """The ``runs`` entries of one method in one state: ``all`` first, then one per category; with
+    multi-turn prompts also one per turn (``turn`` 1, 2, ...) overall and per category. Entries over
+    every turn carry ``turn: "all"``."""
     method, gamma = key
-    by_cat = metrics_by_category(rec.pairs)
-    cat_ids: dict[str, list[str]] = {}
-    for pid in rec.tokens:
-        cat_ids.setdefault(category_of[pid], []).append(pid)
+    turn_of = turn_of or {}
+    turns = sorted({turn_of.get(pid, 1) for pid in rec.tokens})
     runs = []
-    for category, metrics in [("all", by_cat["overall"]), *by_cat["categories"].items()]:
-        ids = list(rec.tokens) if category == "all" else cat_ids[category]
-        same, bad = _identity(rec, base, ids, greedy)
-        runs.append(run_record(
-            method, metrics, category=category, gamma=gamma, peak_mem_bytes=rec.peak, **state,
-            requests=len(ids), eos_rows=sum(rec.eos[i] for i in ids), identical_to_vanilla=same,
-            mismatched_prompts=bad, **extra))
+    for turn in ["all"] + (turns if len(turns) > 1 else []):
+        pairs = [pair for pair, t in zip(rec.pairs, rec.turns or [1] * len(rec.pairs)) if turn == "all" or t == turn]
+        by_cat = metrics_by_category(pairs)
+        ids_all = [i for i in rec.tokens if turn == "all" or turn_of.get(i, 1) == turn]
+        cat_ids: dict[str, list[str]] = {}
+        for pid in ids_all:
+            cat_ids.setdefault(category_of[pid], []).append(pid)
+        for category, metrics in [("all", by_cat["overall"]), *by_cat["categories"].items()]:
+            ids = ids_all if category == "all" else cat_ids[category]
+            same, bad = _identity(rec, base, ids, greedy)
+            runs.append(run_record(
+                method, metrics, category=category, turn=turn, gamma=gamma, peak_mem_bytes=rec.peak, **state,
+                requests=len(ids), eos_rows=sum(rec.eos[i] for i in ids), identical_to_vanilla=same,
+                mismatched_prompts=bad, **extra))
     return runs
 
 
 def identity_summary(runs: list[dict]) -> dict:
-    greedy_runs = [r for r in runs if r["identical_to_vanilla"] is not None and r["category"] == "all"]
+    greedy_runs = [r for r in runs if r["identical_to_vanilla"] is not None and r["category"] == "all"
+                   and r.get("turn", "all") == "all"]
     return {"greedy_runs_checked": len(greedy_runs),
             "all_identical": all(r["identical_to_vanilla"] for r in greedy_runs),
             "mismatched": [(r["method"], r["gamma"], r["temperature"], r["batch_size"])

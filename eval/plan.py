@@ -25,7 +25,7 @@ from eaglehead.builtin.devices import DTYPES
 from eaglehead.builtin.models import check_model_name
 from eaglehead.decode import DEFAULT_GAMMA
 
-from .prompts import Prompt, load_prompt_set, split_prompts
+from .prompts import MT_BENCH, Prompt, load_prompt_set, split_prompts
 
 METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
 DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup")  # our loop with a drafter
@@ -123,7 +123,7 @@ class EvalPlan:
     @property
     def prompt_set(self) -> str:
         """The prompt set's name in the report: ``humaneval`` or the file's stem."""
-        return "humaneval" if self.prompts == "humaneval" else Path(self.prompts).stem
+        return self.prompts if self.prompts in ("humaneval", MT_BENCH) else Path(self.prompts).stem
 
     def state_methods(self, batch_size: int) -> tuple[list[str], list[str]]:
         """(methods run at ``batch_size``, those of them that draft with a gamma); hf-assisted is batch 1 only."""
@@ -209,7 +209,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``eaglehead eval`` options to ``parser``."""
     a = parser.add_argument
     a("--target", required=True, help="Hugging Face causal LM directory (with its tokenizer)")
-    a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format) or 'humaneval'")
+    a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format), 'humaneval' or 'mt-bench' (both turns)")
     a("--draft", help="EAGLE-3 head directory (method eagle3)")
     a("--eagle1", help="EAGLE-1 head directory (method eagle1)")
     a("--draft-lm", help="small causal LM sharing the target's vocabulary (methods draft-lm, hf-assisted)")

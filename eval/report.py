@@ -31,7 +31,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-SERVING_STATE_KEYS = ("prompt_set", "split", "category", "temperature", "batch_size")
+SERVING_STATE_KEYS = ("prompt_set", "split", "category", "turn", "temperature", "batch_size")
 BASELINE_METHOD = "vanilla"
 REPORT_KEYS = ("config", "versions", "hardware", "runs")
 # Metric fields copied into every run record (names as in metrics.DecodeMetrics).
@@ -71,6 +71,7 @@ def run_record(
     gamma: int,
     speedup_vs_vanilla: float | None = None,
     peak_mem_bytes: int | None = None,
+    turn: int | str = "all",
     **extra: Any,
 ) -> dict[str, Any]:
     """One ``runs`` entry from a ``DecodeMetrics`` (or its dict). ``gamma`` is the configured draft
@@ -80,7 +81,7 @@ def run_record(
     if missing:
         raise ValueError(f"metrics lack {missing}; expected a DecodeMetrics or its to_dict()")
     rec: dict[str, Any] = {
-        "method": method, "prompt_set": prompt_set, "split": split, "category": category,
+        "method": method, "prompt_set": prompt_set, "split": split, "category": category, "turn": turn,
         "temperature": temperature, "batch_size": batch_size, "gamma": gamma,
     }
     rec.update({k: m[k] for k in METRIC_KEYS})
@@ -99,14 +100,57 @@ def serving_state(run: dict[str, Any]) -> tuple:
 
 
 def fill_speedups(runs: list[dict[str, Any]], baseline_method: str = BASELINE_METHOD) -> None:
-    """Set ``speedup_vs_vanilla`` in place: baseline time/token over each run's, per serving state
-    (left ``None`` where the state has no baseline run or a time/token is missing)."""
-    base = {
-        serving_state(r): r.get("time_per_token_s") for r in runs if r["method"] == baseline_method
-    }
+    """Set the speedups in place, per serving state.
+
+    ``baseline_method`` of every run = the fastest exact non-speculative baseline of its state (the
+    least ``time_per_token_s`` among ``BASELINE_METHODS`` present); ``speedup`` = its time/token over
+    the run's; ``speedup_vs_vanilla`` = ``baseline_method``'s (default vanilla) over the run's. With
+    repeats (``time_per_token_repeats_s`` on both runs), ``speedup_repeats`` are the paired per-repeat
+    ratios (the repeats are interleaved, so repeat i of both ran under the same machine load) and
+    ``speedup_min``/``speedup_max`` their range. ``None`` where a time/token is missing."""
+    vanilla: dict[tuple, Any] = {}
+    fastest: dict[tuple, dict[str, Any]] = {}
     for r in runs:
-        b, t = base.get(serving_state(r)), r.get("time_per_token_s")
+        t = r.get("time_per_token_s")
+        if r["method"] == baseline_method:
+            vanilla[serving_state(r)] = t
+        if r["method"] in BASELINE_METHODS and t:
+            best = fastest.get(serving_state(r))
+            if best is None or t < best["time_per_token_s"]:
+                fastest[serving_state(r)] = r
+    for r in runs:
+        state, t = serving_state(r), r.get("time_per_token_s")
+        b = vanilla.get(state)
         r["speedup_vs_vanilla"] = b / t if b and t else None
+        base = fastest.get(state)
+        r["baseline_method"] = base["method"] if base else None
+        r["speedup"] = base["time_per_token_s"] / t if base and t else None
+        paired = _paired_ratios(base, r) if base else None
+        r["speedup_repeats"] = paired
+        r["speedup_min"] = min(paired) if paired else None
+        r["speedup_max"] = max(paired) if paired else None
+
+
+def _paired_ratios(base: dict[str, Any], run: dict[str, Any]) -> list[float] | None:
+    a, b = base.get("time_per_token_repeats_s"), run.get("time_per_token_repeats_s")
+    if not a or not b or len(a) != len(b) or not all(a) or not all(b):
+        return None
+    return [x / y for x, y in zip(a, b)]
+
+
+def repeat_fields(tpts: list[float | None]) -> tuple[int, dict[str, Any]]:
+    """(index of the median repeat, the spread fields of a run record) from per-repeat times per token.
+
+    The median repeat is the lower median (``statistics.median_low``), so the run's metrics all come
+    from one measured repeat and ``time_per_token_s`` stays round time / committed tokens exactly."""
+    known = [(t, i) for i, t in enumerate(tpts) if t is not None]
+    if not known:
+        return 0, {"repeats": len(tpts), "time_per_token_repeats_s": list(tpts), "time_per_token_min_s": None,
+                   "time_per_token_max_s": None}
+    _, idx = sorted(known)[(len(known) - 1) // 2]
+    vals = [t for t, _ in known]
+    return idx, {"repeats": len(tpts), "time_per_token_repeats_s": list(tpts), "time_per_token_min_s": min(vals),
+                 "time_per_token_max_s": max(vals)}
 
 
 def _close(a: Any, b: Any, rel_tol: float) -> bool:
@@ -201,6 +245,51 @@ def check_report_consistency(report: dict[str, Any], rel_tol: float = 1e-6) -> l
         tb, tm = b.get("time_per_token_s"), r.get("time_per_token_s")
         if not (tb and tm and _close(sp, tb / tm, rel_tol)):
             out.append(f"{name}: speedup {sp} != {BASELINE_METHOD} time/token {tb} / {tm}")
+    out.extend(_check_spread(runs, rel_tol))
+    return out
+
+
+def _check_spread(runs: list[dict[str, Any]], rel_tol: float) -> list[str]:
+    """The repeat and fastest-baseline fields, where present: time_per_token_s is the lower median of
+    the repeats and min/max their range; baseline_method is the fastest baseline of the state;
+    speedup = its time/token / the run's; speedup_repeats are the paired ratios, min/max their range."""
+    out = []
+    fastest: dict[tuple, dict[str, Any]] = {}
+    for r in runs:
+        if r.get("method") in BASELINE_METHODS and r.get("time_per_token_s"):
+            best = fastest.get(serving_state(r))
+            if best is None or r["time_per_token_s"] < best["time_per_token_s"]:
+                fastest[serving_state(r)] = r
+    for i, r in enumerate(runs):
+        name = f"runs[{i}] ({r.get('method')})"
+        reps = [t for t in (r.get("time_per_token_repeats_s") or []) if t is not None]
+        if reps:
+            med = sorted(reps)[(len(reps) - 1) // 2]
+            if not _close(r.get("time_per_token_s"), med, rel_tol):
+                out.append(f"{name}: time_per_token_s {r.get('time_per_token_s')} != lower median of repeats {med}")
+            if not (_close(r.get("time_per_token_min_s"), min(reps), rel_tol)
+                    and _close(r.get("time_per_token_max_s"), max(reps), rel_tol)):
+                out.append(f"{name}: time_per_token min/max {r.get('time_per_token_min_s')}/"
+                           f"{r.get('time_per_token_max_s')} != range of repeats {min(reps)}..{max(reps)}")
+        if r.get("speedup") is None:
+            continue
+        base = fastest.get(serving_state(r))
+        if base is None or r.get("baseline_method") != base["method"]:
+            out.append(f"{name}: baseline_method {r.get('baseline_method')!r} is not the fastest baseline "
+                       f"{base and base['method']!r} of its serving state")
+            continue
+        tb, tm = base["time_per_token_s"], r.get("time_per_token_s")
+        if not (tm and _close(r["speedup"], tb / tm, rel_tol)):
+            out.append(f"{name}: speedup {r['speedup']} != {base['method']} time/token {tb} / {tm}")
+        paired = _paired_ratios(base, r)
+        given = r.get("speedup_repeats")
+        if given is not None and (paired is None or len(given) != len(paired)
+                                  or not all(_close(a, b, rel_tol) for a, b in zip(given, paired))):
+            out.append(f"{name}: speedup_repeats {given} != paired ratios {paired}")
+        elif given and not (_close(r.get("speedup_min"), min(given), rel_tol)
+                            and _close(r.get("speedup_max"), max(given), rel_tol)):
+            out.append(f"{name}: speedup min/max {r.get('speedup_min')}/{r.get('speedup_max')} != range of "
+                       f"speedup_repeats")
     return out
 
 

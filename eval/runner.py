@@ -39,8 +39,10 @@ from .assembly import hardware, identity_summary, method_records, report_config
 from .gamma_select import gamma_table_from_metrics, select_gamma
 from .metrics import compute_metrics, itl_samples
 from .plan import DRAFTER_METHODS, PATH_OPTION, EvalPlan
+from .prompts import expand_turns
 from .report import check_report_consistency, collect_versions, fill_speedups, write_report
 from .schedule import Item, Models
+from .turns import earlier_answers
 
 
 def _check_vocab(option: str, size: int, target_size: int) -> None:
@@ -107,8 +109,13 @@ def run_eval(plan: EvalPlan) -> dict:
     """Run the evaluation ``plan`` describes, write the report into ``plan.out`` and return it."""
     tune_prompts, test_prompts = plan.load_prompts()  # prompt errors come before any model is loaded
     models, tok = _load_models(plan)
-    encoded = {p.id: encode_prompt(tok, p.text) for p in tune_prompts + test_prompts}
+    # Multi-turn prompts: turn k is asked after the target's own (cached, greedy) answers to turns < k.
+    answers = earlier_answers(models.target, tok, tune_prompts + test_prompts, max_new_tokens=plan.max_new_tokens,
+                              eos=models.eos, pad_id=models.pad_id)
+    tune_prompts, test_prompts = expand_turns(tune_prompts, answers), expand_turns(test_prompts, answers)
+    encoded = {p.id: encode_prompt(tok, p.text, history=p.history) for p in tune_prompts + test_prompts}
     category_of = {p.id: p.category for p in tune_prompts + test_prompts}
+    turn_of = {p.id: p.turn for p in tune_prompts + test_prompts}
     tune = [(p, encoded[p.id]) for p in tune_prompts]
     test = [(p, encoded[p.id]) for p in test_prompts]
 
@@ -135,7 +142,7 @@ def run_eval(plan: EvalPlan) -> dict:
                 if key[0] == "hf-assisted":
                     extra["assistant"] = "draft-lm" if models.draft_lm is not None else "prompt-lookup"
                 recs = method_records(key, result[key], result[("vanilla", None)], category_of, temp == 0, state,
-                                      extra)  # "all" first
+                                      extra, turn_of=turn_of)  # "all" first
                 runs += recs
                 itl[f"{key[0]} g={key[1]} T={temp} B={bsz}"] = itl_samples([r for _, r in result[key].pairs])
                 if plan.gamma_mode == "sweep" and key[0] in spec:

@@ -2,7 +2,7 @@
 
 Within a serving state (temperature, batch size) the methods run interleaved batch by batch
 (A B C A B C ..., the order rotated per batch), after one untimed warm-up call each. Batches are
-left-padded and never mix categories, so per-category metrics are exact (a category's last batch may
+left-padded and never mix categories or turns, so per-category and per-turn metrics are exact (a category's last batch may
 be smaller than the batch size). Peak memory: ``torch.cuda.max_memory_allocated`` reset before each
 call (max over the method's calls); on CPU the process's RSS high-water mark (``resource.getrusage``),
 which is process-wide and never resets, so it only bounds each method.
@@ -46,20 +46,21 @@ class Models:
 
 @dataclass
 class MethodRuns:
-    """One method's calls in one serving state: ``pairs`` (category, result) per batch, and per prompt
-    id its tokens and whether it ended at EOS; ``peak`` memory in bytes."""
+    """One method's calls in one serving state: ``pairs`` (category, result) per batch with the batch's
+    turn in ``turns``, and per prompt id its tokens and whether it ended at EOS; ``peak`` memory in bytes."""
 
     pairs: list[tuple[str, GenerationResult]] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
     tokens: dict[str, list[int]] = field(default_factory=dict)
     eos: dict[str, bool] = field(default_factory=dict)
     peak: int = 0
 
 
 def make_batches(items: list[Item], batch_size: int) -> list[list[Item]]:
-    """Chunks of ``(Prompt, ids)`` of at most ``batch_size``, never mixing categories (sorted)."""
-    by_cat: dict[str, list] = {}
+    """Chunks of ``(Prompt, ids)`` of at most ``batch_size``, never mixing categories or turns (sorted)."""
+    by_cat: dict[tuple[str, int], list] = {}
     for item in items:
-        by_cat.setdefault(item[0].category, []).append(item)
+        by_cat.setdefault((item[0].category, item[0].turn), []).append(item)
     return [group[i:i + batch_size] for c in sorted(by_cat) for group in [by_cat[c]]
             for i in range(0, len(group), batch_size)]
 
@@ -110,6 +111,7 @@ def run_state(m: Models, items: list[Item], keys: list[Key], temperature: float,
             rec = out[key]
             rec.peak = max(rec.peak, _peak_read(m.device))
             rec.pairs.append((batch[0][0].category, res))
+            rec.turns.append(batch[0][0].turn)
             for (prompt, _), toks, eos in zip(batch, res.tokens, res.finished_by_eos):
                 rec.tokens[prompt.id] = toks
                 rec.eos[prompt.id] = eos

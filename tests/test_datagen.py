@@ -135,3 +135,17 @@ def test_an_output_dir_started_with_another_config_is_refused(target_dir, tmp_pa
     with pytest.raises(ValueError, match="config.json: this output directory was started with another config"):
         datagen.run(_cfg(target_dir, tmp_path, magpie_prompts=5))
     assert (tmp_path / "conversations.jsonl").read_bytes() == before
+
+
+def test_eaglehead_prepare_data_config_runs_the_chat_data_stages(target_dir, tmp_path, monkeypatch):
+    from eaglehead.cli import main
+
+    monkeypatch.setattr(cd, "clean_user_turn", lambda text, **kw: text.strip() or None)
+    cfg = tmp_path / "data.yaml"
+    cfg.write_text(f"target: {target_dir}\nout_dir: {tmp_path / 'chat'}\nsynthesis:\n  magpie_prompts: 2\n"
+                   "  stdlib_prompts: 1\n  pydoc_prompts: 0\n  max_new_tokens: 4\n  keep_unfinished: true\n"
+                   "regenerate:\n  max_new_tokens: 4\n  shard_size: 4\n")
+    assert main(["prepare", "--data-config", str(cfg), "synthesis.second_turn_fraction=0"]) == 0
+    manifest = json.loads((tmp_path / "chat" / "manifest.json").read_text())
+    assert manifest["conversations"] == 3 and "followups" not in manifest
+    assert main(["prepare"]) == 2  # neither config: a named error, exit status 2
