@@ -13,7 +13,8 @@ run writes exactly what an uninterrupted one would):
    All prompts are de-duplicated and those sharing a word n-gram with MT-bench or HumanEval are removed
    (``prompts.json`` counts each removal).
 3. ``answer``: the target answers every prompt at ``regenerate.temperature``; prompts are sorted by
-   length into shards, and finished rows leave the batch (the KV cache keeps only live rows).
+   length into shards, decoded with continuous batching (:func:`sample_stream`: a finished row leaves
+   the batch at once and a waiting prompt takes its place).
 4. ``followup`` / ``answer2``: for ``synthesis.second_turn_fraction`` of the conversations the target
    writes a follow-up user turn (Magpie again, after its own answer) and answers it.
 
@@ -29,6 +30,7 @@ import json
 import math
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,28 +97,39 @@ class ChatDataConfig:
 # ------------------------------------------------------------------------------------ the sampler
 
 @torch.no_grad()
-def sample_batch(model, prompts: list[list[int]], *, sampling: SamplingConfig, max_new_tokens: int,
-                 eos_ids: set[int], pad_id: int, generator: torch.Generator) -> tuple[list[list[int]], list[bool]]:
+def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling: SamplingConfig,
+                  max_new_tokens: int, eos_ids: set[int], pad_id: int,
+                  generator: torch.Generator) -> tuple[list[list[int]], list[bool]]:
     """Continue each prompt until EOS or ``max_new_tokens``; returns ``(new tokens, ended by EOS)``.
 
-    Prompts are left-padded into one batch; a row that finishes leaves the batch (its cache rows are
-    dropped), so the cost of a step follows the rows still writing, not the longest one.
+    Continuous batching: at most ``batch_size`` rows decode together; a row that finishes leaves the
+    batch at once (its cache rows are dropped), and waiting prompts join when a quarter of the batch is
+    free (prefilled together, then merged into the running cache, left-padded), so every step runs
+    near the full batch instead of waiting for its longest row. Each row keeps its own position ids
+    and attention mask, so its tokens are exactly what it would get decoding alone.
     """
     device = next(model.parameters()).device
-    ids, mask = left_pad(prompts, pad_id, device)
-    bsz = len(prompts)
-    cache = DynamicCache(config=model.config)
-    kw = {"cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values": cache,
-          "use_cache": True}
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, **kw).logits[:, -1]
-    nxt_pos = mask.sum(-1)  # [B] position of the next token
-    live = list(range(bsz))  # original row of each batch row
-    out: list[list[int]] = [[] for _ in range(bsz)]
-    ended = [False] * bsz
-    padded = not bool(mask.all())
-    for _ in range(max_new_tokens):
-        tok = sample_from(probs(logits, sampling), generator)  # [b]
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    waiting = deque(range(len(prompts)))
+    out: list[list[int]] = [[] for _ in prompts]
+    ended = [False] * len(prompts)
+    live: list[int] = []  # prompt index of each batch row
+    cache = mask = pos = logits = None
+    while waiting or live:
+        free = batch_size - len(live)
+        if waiting and (not live or free >= max(1, batch_size // 4)):
+            new = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+            ids, new_mask = left_pad([prompts[i] for i in new], pad_id, device)
+            new_cache = DynamicCache(config=model.config)
+            new_logits = model(input_ids=ids, attention_mask=new_mask, position_ids=(new_mask.cumsum(-1) - 1).clamp_min(0),
+                               logits_to_keep=1, use_cache=True, **{cache_kw: new_cache}).logits[:, -1]
+            if live:
+                cache, mask = _merge_left_padded(cache, mask, new_cache, new_mask)
+                pos, logits = torch.cat([pos, new_mask.sum(-1)]), torch.cat([logits, new_logits])
+            else:
+                cache, mask, pos, logits = new_cache, new_mask, new_mask.sum(-1), new_logits
+            live += new
+        tok = sample_from(probs(logits, sampling), generator)  # [rows]
         keep = []
         for i, t in enumerate(tok.tolist()):
             row = live[i]
@@ -125,18 +138,44 @@ def sample_batch(model, prompts: list[list[int]], *, sampling: SamplingConfig, m
                 ended[row] = True
             elif len(out[row]) < max_new_tokens:
                 keep.append(i)
-        if not keep:
-            break
         if len(keep) < len(live):
+            live = [live[i] for i in keep]
+            if not live:
+                continue
             sel = torch.tensor(keep, device=device)
             cache.batch_select_indices(sel)
-            tok, mask, nxt_pos = tok[sel], mask[sel], nxt_pos[sel]
-            live = [live[i] for i in keep]
+            tok, mask, pos = tok[sel], mask[sel], pos[sel]
+            cache, mask = _drop_leading_padding(cache, mask)
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], 1)
-        logits = model(input_ids=tok[:, None], attention_mask=mask if padded else None,
-                       position_ids=nxt_pos[:, None], **kw).logits[:, -1]
-        nxt_pos = nxt_pos + 1
+        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None], use_cache=True,
+                       **{cache_kw: cache}).logits[:, -1]
+        pos = pos + 1
     return out, ended
+
+
+def _left_pad_seq(x: torch.Tensor, length: int) -> torch.Tensor:
+    """Zero-pad dim -2 (sequence) of a ``[B, H, T, D]`` cache tensor on the left to ``length``."""
+    return x if x.shape[-2] == length else torch.nn.functional.pad(x, (0, 0, length - x.shape[-2], 0))
+
+
+def _merge_left_padded(cache_a, mask_a, cache_b, mask_b):
+    """Stack two left-padded batches (caches and masks) into one, padding the shorter on the left."""
+    width = max(mask_a.shape[1], mask_b.shape[1])
+    for la, lb in zip(cache_a.layers, cache_b.layers):
+        la.keys = torch.cat([_left_pad_seq(la.keys, width), _left_pad_seq(lb.keys, width)])
+        la.values = torch.cat([_left_pad_seq(la.values, width), _left_pad_seq(lb.values, width)])
+    pad = torch.nn.functional.pad
+    return cache_a, torch.cat([pad(mask_a, (width - mask_a.shape[1], 0)), pad(mask_b, (width - mask_b.shape[1], 0))])
+
+
+def _drop_leading_padding(cache, mask):
+    """Cut the leading columns that no remaining row attends to (left by rows that finished)."""
+    lead = int(mask.any(0).long().argmax())
+    if lead == 0:
+        return cache, mask
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[..., lead:, :], layer.values[..., lead:, :]
+    return cache, mask[:, lead:]
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -206,13 +245,10 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
         if shard is None:
             idx = order[k * shard_size:(k + 1) * shard_size]
             gen = torch.Generator(device=target.model.device).manual_seed(cd.shard_seed(seed, stage, k))
-            shard = []
-            for j in range(0, len(idx), batch_size):
-                part = idx[j:j + batch_size]
-                toks, eos = sample_batch(target.model, [prefixes[i] for i in part], sampling=sampling,
-                                         max_new_tokens=max_new_tokens, eos_ids=target.eos, pad_id=target.pad,
-                                         generator=gen)
-                shard += [{"index": i, "ids": t, "eos": e} for i, t, e in zip(part, toks, eos)]
+            toks, eos = sample_stream(target.model, [prefixes[i] for i in idx], batch_size=batch_size,
+                                      sampling=sampling, max_new_tokens=max_new_tokens, eos_ids=target.eos,
+                                      pad_id=target.pad, generator=gen)
+            shard = [{"index": i, "ids": t, "eos": e} for i, t, e in zip(idx, toks, eos)]
             cd.write_shard(path, shard)
             progress.step(sum(len(r["ids"]) for r in shard))
         for r in shard:
@@ -286,13 +322,11 @@ def _magpie_round(target: _Target, out: Path, prefix: list[int], sampling: Sampl
     shard = cd.read_shard(path)
     if shard is None:
         gen = torch.Generator(device=target.model.device).manual_seed(cd.shard_seed(cfg.seed, "user", index))
-        shard = []
-        n, bs = cfg.regenerate.shard_size, cfg.regenerate.batch_size
-        for j in range(0, n, bs):
-            toks, eos = sample_batch(target.model, [prefix] * min(bs, n - j), sampling=sampling,
-                                     max_new_tokens=cfg.synthesis.max_new_tokens, eos_ids=target.eos,
-                                     pad_id=target.pad, generator=gen)
-            shard += [{"ids": t, "eos": e} for t, e in zip(toks, eos)]
+        toks, eos = sample_stream(target.model, [prefix] * cfg.regenerate.shard_size,
+                                  batch_size=cfg.regenerate.batch_size, sampling=sampling,
+                                  max_new_tokens=cfg.synthesis.max_new_tokens, eos_ids=target.eos,
+                                  pad_id=target.pad, generator=gen)
+        shard = [{"ids": t, "eos": e} for t, e in zip(toks, eos)]
         cd.write_shard(path, shard)
     return shard
 

@@ -22,17 +22,14 @@ from eaglehead.builtin.text import encode_prompt, eos_token_ids, left_pad, pad_t
 from eaglehead.decode import SamplingConfig
 from eaglehead.train.chat_data import stdlib_task_prompts
 
-from .datagen import sample_batch
+from .datagen import sample_stream
 
 
 def _ours(model, rows, args, eos, pad, seed) -> int:
-    gen = torch.Generator().manual_seed(seed)
-    n = 0
-    for j in range(0, len(rows), args.batch_size):
-        toks, _ = sample_batch(model, rows[j:j + args.batch_size], sampling=SamplingConfig(temperature=args.temperature),
-                               max_new_tokens=args.max_new_tokens, eos_ids=eos, pad_id=pad, generator=gen)
-        n += sum(map(len, toks))
-    return n
+    toks, _ = sample_stream(model, rows, batch_size=args.batch_size, sampling=SamplingConfig(temperature=args.temperature),
+                            max_new_tokens=args.max_new_tokens, eos_ids=eos, pad_id=pad,
+                            generator=torch.Generator().manual_seed(seed))
+    return sum(map(len, toks))
 
 
 def _hf(model, rows, args, eos, pad, seed) -> int:

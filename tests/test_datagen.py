@@ -56,21 +56,21 @@ def test_killed_run_resumes_without_redoing_shards_and_writes_identical_data(tar
     assert done_before and not (tmp_path / "resumed" / "conversations.jsonl").exists()
 
     calls = {"n": 0}
-    real_sample = datagen.sample_batch
+    real_sample = datagen.sample_stream
 
     def counting(*a, **kw):
         calls["n"] += 1
         return real_sample(*a, **kw)
 
-    monkeypatch.setattr(datagen, "sample_batch", counting)
+    monkeypatch.setattr(datagen, "sample_stream", counting)
     resumed = datagen.run(_cfg(target_dir, tmp_path / "resumed"))
     assert (tmp_path / "resumed" / "conversations.jsonl").read_bytes() == reference
     assert resumed["sha256"] == whole["sha256"]
     # Finished shards are read back, not sampled again: fewer batches than the uninterrupted run needed.
-    monkeypatch.setattr(datagen, "sample_batch", real_sample)
+    monkeypatch.setattr(datagen, "sample_stream", real_sample)
     calls_resumed = calls["n"]
     calls["n"] = 0
-    monkeypatch.setattr(datagen, "sample_batch", counting)
+    monkeypatch.setattr(datagen, "sample_stream", counting)
     import shutil
     shutil.rmtree(tmp_path / "whole")
     datagen.run(_cfg(target_dir, tmp_path / "whole"))
@@ -104,29 +104,34 @@ def test_too_few_unique_prompts_is_an_error_saying_how_many(target_dir, tmp_path
         datagen.run(_cfg(target_dir, tmp_path, magpie_prompts=500, max_rounds=1))
 
 
-def test_sample_batch_drops_finished_rows_and_matches_unbatched_greedy(target_dir):
+def _alone(model, prompt, n):
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(n):
+            ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], 1)
+    return ids[0, len(prompt):].tolist()
+
+
+def test_continuous_batching_gives_each_prompt_its_unbatched_greedy_tokens(target_dir):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(target_dir).eval()
-    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14], [20, 21, 22, 23, 24, 25, 26], [30], [31, 32]]
     greedy = SamplingConfig(temperature=0)
+    alone = [_alone(model, p, 9) for p in prompts]
     gen = torch.Generator().manual_seed(0)
-    batched, _ = datagen.sample_batch(model, prompts, sampling=greedy, max_new_tokens=7, eos_ids=set(),
-                                      pad_id=0, generator=gen)
-    for p, row in zip(prompts, batched):
-        with torch.no_grad():
-            ids = torch.tensor([p])
-            for _ in range(7):
-                ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], 1)
-        assert row == ids[0, len(p):].tolist()
-    # A row that hits EOS stops there (EOS included) while the others go on.
-    eos = batched[1][2]
-    rows, ended = datagen.sample_batch(model, prompts, sampling=greedy, max_new_tokens=7, eos_ids={eos},
-                                       pad_id=0, generator=gen)
-    assert rows[1] == batched[1][:batched[1].index(eos) + 1] and ended[1]
-    for b in (0, 2):  # the rows left in the compacted batch continue exactly as before
-        cut = batched[b].index(eos) + 1 if eos in batched[b] else 7
-        assert rows[b] == batched[b][:cut]
+    for batch_size in (1, 2, 4, 8):
+        rows, ended = datagen.sample_stream(model, prompts, batch_size=batch_size, sampling=greedy,
+                                            max_new_tokens=9, eos_ids=set(), pad_id=0, generator=gen)
+        assert rows == alone and not any(ended)
+    # EOS: rows stop there (EOS included), leave the batch, and waiting prompts take their places.
+    eos = alone[1][2]
+    rows, ended = datagen.sample_stream(model, prompts, batch_size=2, sampling=greedy, max_new_tokens=9,
+                                        eos_ids={eos}, pad_id=0, generator=gen)
+    for row, ref, e in zip(rows, alone, ended):
+        cut = ref.index(eos) + 1 if eos in ref else 9
+        assert row == ref[:cut] and e == (eos in ref)
+    assert ended[1]
 
 
 def test_an_output_dir_started_with_another_config_is_refused(target_dir, tmp_path):
