@@ -134,8 +134,11 @@ def cmd_eval(args) -> int:
     from eaglehead.eval.plan import plan_from_args
     from eaglehead.eval.runner import run_eval
 
+    from eaglehead.eval.report import compact_table
+
     report = run_eval(plan_from_args(args))
-    print(f"report: {Path(args.out) / 'report.md'} ({len(report.get('runs', []))} runs)")
+    print(compact_table(report))
+    print(f"report: {Path(args.out) / 'report.html'} (and report.md; {len(report.get('runs', []))} runs)")
     return 0
 
 

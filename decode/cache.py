@@ -31,7 +31,10 @@ class RaggedCacheLM:
     """Feeds tokens to ``model`` through a per-row masked KV cache.
 
     ``valid [B, P]`` marks which of the ``P`` physical cache entries belong to each row;
-    ``lengths [B]`` counts them (the logical cache length, i.e. the next position id).
+    ``lengths [B]`` counts them (the logical cache length, i.e. the next position id). While the
+    cache has no holes (no padding, every row accepted the same count: always so at batch 1) neither
+    is stored: every row's length is ``P``, position ids are one ``arange`` and no mask is built or
+    grown per step. They are materialised at the first hole.
     """
 
     def __init__(self, model: nn.Module, feature_layer_ids: list[int] | None = None):
@@ -41,9 +44,10 @@ class RaggedCacheLM:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
         self.cache: DynamicCache | None = None
-        self.valid: torch.Tensor | None = None
-        self.lengths: torch.Tensor | None = None
-        self._has_holes = False
+        self._valid: torch.Tensor | None = None  # None: no holes, every row holds all P entries
+        self._lengths: torch.Tensor | None = None
+        self._physical = 0
+        self._bsz = 0
 
     @property
     def device(self) -> torch.device:
@@ -51,13 +55,33 @@ class RaggedCacheLM:
 
     @property
     def physical_length(self) -> int:
-        return 0 if self.valid is None else self.valid.shape[1]
+        return self._physical
+
+    @property
+    def valid(self) -> torch.Tensor | None:
+        if self.cache is None:
+            return None
+        if self._valid is None:
+            return torch.ones(self._bsz, self._physical, dtype=torch.bool, device=self.device)
+        return self._valid
+
+    @property
+    def lengths(self) -> torch.Tensor | None:
+        if self.cache is None:
+            return None
+        if self._valid is None:
+            return torch.full((self._bsz,), self._physical, dtype=torch.long, device=self.device)
+        return self._lengths
 
     def reset(self, batch_size: int) -> None:
         self.cache = DynamicCache(config=self.model.config)
-        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
-        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
-        self._has_holes = False
+        self._valid, self._lengths = None, None
+        self._physical, self._bsz = 0, batch_size
+
+    def _make_holes_possible(self) -> None:
+        """Materialise ``valid`` and ``lengths`` (all entries valid so far)."""
+        if self._valid is None:
+            self._valid, self._lengths = self.valid, self.lengths
 
     @torch.no_grad()
     def forward(
@@ -75,19 +99,24 @@ class RaggedCacheLM:
         if self.cache is None:
             raise RuntimeError("call reset(batch_size) before forward")
         bsz, t = tokens.shape
-        all_new_valid = new_valid is None
-        if all_new_valid:
-            new_valid = torch.ones(bsz, t, dtype=torch.bool, device=tokens.device)
-        # Position of each new token = valid tokens before it in its row (holes do not count).
-        positions = self.lengths[:, None] + new_valid.long().cumsum(-1) - 1
-        positions = positions.clamp_min(0)
-        valid = torch.cat([self.valid, new_valid], dim=1)
-        holes = self._has_holes or (not all_new_valid and not bool(new_valid.all()))
+        if new_valid is not None and self._valid is None and bool(new_valid.all()):
+            new_valid = None  # no padding (a one-off sync per prompt): stay on the hole-free path
+        if new_valid is None and self._valid is None:
+            positions = torch.arange(self._physical, self._physical + t, device=tokens.device).expand(bsz, t)
+            mask = None  # all ones: pass None so attention can use its causal fast path
+        else:
+            self._make_holes_possible()
+            if new_valid is None:
+                new_valid = torch.ones(bsz, t, dtype=torch.bool, device=tokens.device)
+            # Position of each new token = valid tokens before it in its row (holes do not count).
+            positions = (self._lengths[:, None] + new_valid.long().cumsum(-1) - 1).clamp_min(0)
+            self._valid = torch.cat([self._valid, new_valid], dim=1)
+            self._lengths = self._lengths + new_valid.long().sum(-1)
+            mask = self._valid.long()
         kwargs = {
             "input_ids": tokens,
             "position_ids": positions,
-            # Without holes the mask is all ones: pass None so attention can use its causal fast path.
-            "attention_mask": valid.long() if holes else None,
+            "attention_mask": mask,
             self._cache_kw: self.cache,
             "use_cache": True,
         }
@@ -100,9 +129,7 @@ class RaggedCacheLM:
         else:
             out = self.model(**kwargs)
             features = None
-        self.valid = valid
-        self.lengths = self.lengths + new_valid.long().sum(-1)
-        self._has_holes = holes
+        self._physical += t
         logits = out.logits
         if last_only:
             logits = logits[:, -1:]
@@ -116,15 +143,17 @@ class RaggedCacheLM:
         """
         if n_recent == 0 or min(n_keep) == n_recent:
             return  # nothing dropped: no crop, no mask update
-        p = self.physical_length
-        start = p - n_recent
         longest = max(n_keep)
+        if min(n_keep) != longest:
+            self._make_holes_possible()  # rows kept different counts: the shorter ones get holes
         if longest < n_recent:
             self.cache.crop(longest - n_recent)  # transformers 5: crop(-n) drops n entries from the end
-        keep = torch.tensor(n_keep, device=self.valid.device)
-        old = self.valid[:, start:]  # [B, n_recent]
+        start = self._physical - n_recent
+        self._physical = start + longest
+        if self._valid is None:
+            return  # every row kept the same count: still no holes
+        keep = torch.tensor(n_keep, device=self._valid.device)
+        old = self._valid[:, start:]  # [B, n_recent]
         kept = old & (torch.arange(n_recent, device=old.device)[None, :] < keep[:, None])
-        self.lengths = self.lengths - (old & ~kept).long().sum(-1)
-        self.valid = torch.cat([self.valid[:, :start], kept[:, :longest]], dim=1)
-        if min(n_keep) != longest:
-            self._has_holes = True
+        self._lengths = self._lengths - (old & ~kept).long().sum(-1)
+        self._valid = torch.cat([self._valid[:, :start], kept[:, :longest]], dim=1)

@@ -52,6 +52,7 @@ class GenerationResult:
     prompt_lengths: list[int]
     t_prefill: float = 0.0  # seconds spent in the target (and drafter) prefill
     finished_by_eos: list[bool] = field(default_factory=list)
+    prefill_tokens: int = 0  # tokens per row the prefill committed (1 for vanilla: no round made them)
 
 
 OnToken = Callable[[int, int, float], None]  # (row, token_id, perf_counter timestamp)
@@ -169,21 +170,35 @@ def _generate(target, drafter, input_ids, gamma: int | None, sampling, max_new_t
     runner = RaggedCacheLM(target, feature_ids)
     target.eval()
 
-    t_start = _now(device)
-    runner.reset(bsz)
-    features = None
-    if input_ids.shape[1] > 1:
-        out = runner.forward(input_ids[:, :-1], valid[:, :-1], last_only=feature_ids is None,
-                             want_features=feature_ids is not None)
-        features = out.features
-    drafter.begin(input_ids, valid, features)
-    last = input_ids[:, -1]
-    t_prefill = _now(device) - t_start
-
     tokens: list[list[int]] = [[] for _ in range(bsz)]
     times: list[list[float]] = [[] for _ in range(bsz)]
     done = [False] * bsz
     by_eos = [False] * bsz
+
+    t_start = _now(device)
+    runner.reset(bsz)
+    features = None
+    if gamma is None:
+        # Vanilla prefills the whole prompt in one call and takes the first token from its last
+        # logits, as transformers' generate() does: one forward fewer than prefill + a gamma-0 round,
+        # and the same computation and random draw as that round.
+        out = runner.forward(input_ids, valid, last_only=True)
+        y = _next_token(out.logits, sampling, generator)
+        host = torch.cat([y, _bad_logits(out.logits).long().view(1)]).tolist()
+        _raise_if_bad(host[-1])
+        _commit([[]] * bsz, [0] * bsz, host[:bsz], tokens, times, done, by_eos, eos, max_new_tokens, on_token,
+                time.perf_counter())
+        drafter.begin(input_ids, valid, None)
+        last = y
+    else:
+        if input_ids.shape[1] > 1:
+            out = runner.forward(input_ids[:, :-1], valid[:, :-1], last_only=feature_ids is None,
+                                 want_features=feature_ids is not None)
+            features = out.features
+        drafter.begin(input_ids, valid, features)
+        last = input_ids[:, -1]
+    t_prefill = _now(device) - t_start
+
     rounds: list[RoundRecord] = []
     while not all(done):
         # Never draft past the budget: a round commits at most g + 1 tokens.
@@ -193,17 +208,16 @@ def _generate(target, drafter, input_ids, gamma: int | None, sampling, max_new_t
         draft, q = drafter.propose(g, sampling, generator)  # [B, g], [B, g, V]
         t1 = _now(device)
         out = runner.forward(torch.cat([last[:, None], draft], 1), want_features=feature_ids is not None)
-        p = probs(out.logits, sampling)  # [B, g+1, V]
-        t2 = _now(device)
-        if g == 0:  # a plain decoding step: sample p directly (greedy: its argmax), no chain to verify
-            y = p[:, 0].argmax(-1) if sampling.greedy else sample_from(p[:, 0], generator)
+        if g == 0:  # a plain decoding step: sample p directly (greedy: the logits' argmax), no chain to verify
+            y = _next_token(out.logits, sampling, generator)
+            t2 = _now(device)
             n_acc = torch.zeros_like(y)
         else:
+            p = probs(out.logits, sampling)  # [B, g+1, V]
+            t2 = _now(device)
             n_acc, y = verify_chain(p, q, draft, generator)
-        bad = (torch.isnan(out.logits) | (out.logits == float("inf"))).any()
-        host = torch.cat([n_acc, y, draft.flatten(), bad.long().view(1)]).tolist()  # the round's one sync
-        if host[-1]:
-            raise ValueError("the target produced NaN or +inf logits (check the model's dtype and weights)")
+        host = torch.cat([n_acc, y, draft.flatten(), _bad_logits(out.logits).long().view(1)]).tolist()  # one sync
+        _raise_if_bad(host[-1])
         acc_list, y_list = host[:bsz], host[bsz:2 * bsz]
         draft_rows = [host[2 * bsz + b * g: 2 * bsz + (b + 1) * g] for b in range(bsz)]
 
@@ -229,7 +243,26 @@ def _generate(target, drafter, input_ids, gamma: int | None, sampling, max_new_t
         ))
     return GenerationResult(tokens=tokens, rounds=rounds, token_times=times, t_start=t_start,
                             t_end=_now(device), prompt_lengths=valid.long().sum(1).tolist(),
-                            t_prefill=t_prefill, finished_by_eos=by_eos)
+                            t_prefill=t_prefill, finished_by_eos=by_eos, prefill_tokens=int(gamma is None))
+
+
+def _next_token(logits: torch.Tensor, sampling: SamplingConfig, generator) -> torch.Tensor:
+    """The token after the last position of ``logits [B, T, V]``: ``[B]``. Greedy takes the argmax of
+    the logits directly (the first maximum, as ``probs``' one-hot does), skipping the one-hot."""
+    if sampling.greedy:
+        return logits[:, -1].argmax(-1)
+    return sample_from(probs(logits[:, -1], sampling), generator)
+
+
+def _bad_logits(logits: torch.Tensor) -> torch.Tensor:
+    """A 0-dim bool tensor: ``logits`` hold NaN or +inf. One reduction: the maximum propagates NaN and
+    is +inf when any entry is (it is -inf only for an all -inf row, which no distribution can come from)."""
+    return ~torch.isfinite(logits.amax())
+
+
+def _raise_if_bad(flag) -> None:
+    if flag:
+        raise ValueError("the target produced NaN or infinite logits (check the model's dtype and weights)")
 
 
 def _commit(draft_rows, acc_list, y_list, tokens, times, done, by_eos, eos, max_new_tokens, on_token,

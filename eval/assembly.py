@@ -14,7 +14,7 @@ import torch
 
 from .metrics import metrics_by_category
 from .plan import EvalPlan
-from .report import run_record
+from .report import repeat_fields, run_record
 from .schedule import Key, MethodRuns
 
 
@@ -33,21 +33,26 @@ def method_records(key: Key, rec: MethodRuns, base: MethodRuns, category_of: dic
     method, gamma = key
     turn_of = turn_of or {}
     turns = sorted({turn_of.get(pid, 1) for pid in rec.tokens})
+    n_rep = max(rec.repeat_of, default=0) + 1
+    repeat_of = rec.repeat_of or [0] * len(rec.pairs)
     runs = []
     for turn in ["all"] + (turns if len(turns) > 1 else []):
-        pairs = [pair for pair, t in zip(rec.pairs, rec.turns or [1] * len(rec.pairs)) if turn == "all" or t == turn]
-        by_cat = metrics_by_category(pairs)
+        tagged = [(pair, rp) for pair, t, rp in zip(rec.pairs, rec.turns or [1] * len(rec.pairs), repeat_of)
+                  if turn == "all" or t == turn]
+        per_rep = [metrics_by_category([pair for pair, rp in tagged if rp == k]) for k in range(n_rep)]
         ids_all = [i for i in rec.tokens if turn == "all" or turn_of.get(i, 1) == turn]
         cat_ids: dict[str, list[str]] = {}
         for pid in ids_all:
             cat_ids.setdefault(category_of[pid], []).append(pid)
-        for category, metrics in [("all", by_cat["overall"]), *by_cat["categories"].items()]:
+        for category in ["all", *per_rep[0]["categories"]]:
+            reps = [b["overall"] if category == "all" else b["categories"][category] for b in per_rep]
+            idx, spread = repeat_fields([m["time_per_token_s"] for m in reps])  # the median repeat stands for all
             ids = ids_all if category == "all" else cat_ids[category]
             same, bad = _identity(rec, base, ids, greedy)
             runs.append(run_record(
-                method, metrics, category=category, turn=turn, gamma=gamma, peak_mem_bytes=rec.peak, **state,
+                method, reps[idx], category=category, turn=turn, gamma=gamma, peak_mem_bytes=rec.peak, **state,
                 requests=len(ids), eos_rows=sum(rec.eos[i] for i in ids), identical_to_vanilla=same,
-                mismatched_prompts=bad, **extra))
+                mismatched_prompts=bad, **spread, **extra))
     return runs
 
 
@@ -67,7 +72,9 @@ def report_config(plan: EvalPlan, tok, eos: set[int], pad_id: int, tune: int, te
                peak_memory=("torch.cuda.max_memory_allocated, reset before each call"
                             if torch.device(plan.device).type == "cuda"
                             else "process RSS high-water mark (resource.getrusage): process-wide, never reset"),
-               warmup="one untimed call per method and serving state", order="methods interleaved per batch")
+               warmup="one untimed call per method and serving state",
+               order=f"methods interleaved per batch, {plan.repeats} repeat(s) of the whole pass; a run's metrics "
+                     "come from its median repeat (lower median of time per token), min/max over all")
     return cfg
 
 

@@ -58,6 +58,7 @@ class EvalPlan:
     temperatures: tuple[float, ...] = (0.0,)
     batch_sizes: tuple[int, ...] = (1,)
     max_new_tokens: int = 128  # the token budget of every request
+    repeats: int = 1  # interleaved repeats of every timed pass: medians and min-max over them
     tune_fraction: float = 0.25
     max_prompts: int | None = None
     out: str = "runs/eval"
@@ -65,6 +66,8 @@ class EvalPlan:
     seed: int = 0
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     dtype: str = "float32"
+    report_to: Literal["none", "wandb"] = "none"  # wandb: the tables and figures also go to a wandb run
+    wandb_project: str = "eaglehead"
     drafter_factories: dict[str, DrafterFactory] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +89,10 @@ class EvalPlan:
         self.temperatures = tuple(float(t) for t in self.temperatures)
         if not _positive_int(self.max_new_tokens):
             raise ValueError(f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not _positive_int(self.repeats):
+            raise ValueError(f"--repeats must be an integer >= 1, got {self.repeats!r}")
+        if self.report_to not in ("none", "wandb"):
+            raise ValueError(f"--report-to must be none or wandb, got {self.report_to!r}")
         if self.max_prompts is not None and not _positive_int(self.max_prompts):
             raise ValueError(f"--max-prompts must be >= 1, got {self.max_prompts!r}")
         tf = self.tune_fraction
@@ -220,6 +227,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--temperature", type=float, nargs="+", default=[0.0], help="one or more temperatures (0 = greedy)")
     a("--batch-sizes", default="1", help="comma-separated batch sizes, e.g. 1,4,8")
     a("--max-new-tokens", type=int, default=128)
+    a("--repeats", type=int, default=1, help="interleaved repeats of every timed pass; the report gives medians "
+      "and min-max, and --gamma auto chooses on medians (3 or more make single outliers harmless)")
     a("--tune-fraction", type=float, default=0.25, help="share of each category used to tune gamma")
     a("--max-prompts", type=int, default=None, help="use at most this many prompts per split (quick runs)")
     a("--out", default="runs/eval", help="output directory (must be empty unless --overwrite)")
@@ -227,6 +236,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--seed", type=int, default=0)
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    a("--report-to", default="none", choices=("none", "wandb"),
+      help="also log the tables and figures to a wandb run (WANDB_MODE=offline works without a network)")
+    a("--wandb-project", default="eaglehead")
 
 
 def plan_from_args(args: argparse.Namespace,
@@ -238,6 +250,7 @@ def plan_from_args(args: argparse.Namespace,
     return EvalPlan(target=args.target, prompts=args.prompts, drafts={m: p for m, p in drafts.items() if p},
                     methods=methods, gamma_mode=mode, gammas=tuple(gammas), temperatures=tuple(args.temperature),
                     batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)), max_new_tokens=args.max_new_tokens,
+                    repeats=args.repeats, report_to=args.report_to, wandb_project=args.wandb_project,
                     tune_fraction=args.tune_fraction, max_prompts=args.max_prompts, out=str(args.out),
                     overwrite=args.overwrite, seed=args.seed, device=args.device, dtype=args.dtype,
                     drafter_factories=dict(drafter_factories or {}))

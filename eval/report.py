@@ -1,4 +1,5 @@
-"""Evaluation report: ``report.json``, ``report.md`` and PNG plots, plus a consistency checker.
+"""Evaluation report: ``report.json``, ``report.md``, a self-contained ``report.html``, PNG figures
+(``figures.py``) and a consistency checker.
 
 Usage::
 
@@ -7,15 +8,16 @@ Usage::
     state = dict(prompt_set="mt_bench", split="test", category="all", temperature=0.0, batch_size=1)
     runs = [run_record("vanilla", compute_metrics(base), gamma=0, **state),
             run_record("eagle3", compute_metrics(spec), gamma=4, peak_mem_bytes=mem, **state)]
-    fill_speedups(runs)  # speedup_vs_vanilla from the vanilla run of the same serving state
+    fill_speedups(runs)  # speedup vs the state's fastest baseline (vanilla or hf-generate), and vs vanilla
     write_report("runs/eval1", {"config": cfg, "versions": collect_versions(), "hardware": hw,
                                 "runs": runs, "sweeps": sweeps, "itl_samples": {"eagle3": gaps}})
 
 A *serving state* is one combination of ``SERVING_STATE_KEYS``; speedups only compare runs of the
 same state. Optional report keys: ``sweeps`` (a list of ``{method, gamma, tau, time_per_token_s}``
-dicts, plus any serving-state keys) and ``itl_samples`` (``{label: [gap seconds]}``, e.g. from
-``metrics.itl_samples``). Any other key is written to ``report.json`` unchanged. Plots are drawn
-on ``matplotlib.figure.Figure`` objects (Agg canvas), so no global backend is switched.
+dicts, plus any serving-state keys), ``gamma_selection`` and ``itl_samples`` (``{label: [gap
+seconds]}`` or a list of ``{method, gamma, temperature, batch_size, gaps}``). Any other key is written
+to ``report.json`` unchanged. Runs measured over repeats carry ``repeats``,
+``time_per_token_repeats_s`` and their min/max (:func:`repeat_fields`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from .figures import write_figures
 
 SERVING_STATE_KEYS = ("prompt_set", "split", "category", "turn", "temperature", "batch_size")
 BASELINE_METHOD = "vanilla"
+BASELINE_METHODS = ("vanilla", "hf-generate")  # exact, non-speculative: the candidates for the baseline
 REPORT_KEYS = ("config", "versions", "hardware", "runs")
 # Metric fields copied into every run record (names as in metrics.DecodeMetrics).
 METRIC_KEYS = (
@@ -316,49 +318,115 @@ def _fmt(x: Any, scale: float | None, digits: int) -> str:
     return str(x) if scale is None else f"{x * scale:.{digits}f}"
 
 
-# (header, run key, scale, decimals); the ITL cell joins three keys.
-_MD_COLUMNS = [
-    ("method", "method", None, 0),
-    ("gamma", "gamma", None, 0),
-    ("tau", "tau", 1.0, 3),
-    ("accept rate", "acceptance_rate", 1.0, 3),
-    ("T_d ms", "t_draft_mean_s", 1e3, 2),
-    ("T_v ms", "t_verify_mean_s", 1e3, 2),
-    ("T_b ms", "t_rest_mean_s", 1e3, 2),
-    ("ms/token", "time_per_token_s", 1e3, 3),
-    ("speedup", "speedup_vs_vanilla", 1.0, 2),
-    ("TTFT ms", "ttft_s", 1e3, 1),
-    ("TPOT ms", "tpot_s", 1e3, 2),
-    ("ITL p50/p95/p99 ms", ("itl_p50_s", "itl_p95_s", "itl_p99_s"), 1e3, 2),
-    ("tok/s", "throughput_tok_s", 1.0, 1),
-    ("peak MiB", "peak_mem_bytes", 2.0**-20, 0),
-    ("out len", "output_len_mean", 1.0, 1),
+# (header, cell function): the columns of every serving state's table.
+def _ms_spread(r: dict[str, Any]) -> str:
+    t = _fmt(r.get("time_per_token_s"), 1e3, 3)
+    lo, hi = r.get("time_per_token_min_s"), r.get("time_per_token_max_s")
+    return t if lo is None or hi is None or (r.get("repeats") or 1) < 2 else f"{t} ({lo * 1e3:.3f}-{hi * 1e3:.3f})"
+
+
+def _speedup_spread(r: dict[str, Any]) -> str:
+    sp = _fmt(r.get("speedup"), 1.0, 2)
+    lo, hi = r.get("speedup_min"), r.get("speedup_max")
+    return sp if lo is None or hi is None or len(r.get("speedup_repeats") or []) < 2 else f"{sp} ({lo:.2f}-{hi:.2f})"
+
+
+def _col(key: Any, scale: float | None, digits: int):
+    if isinstance(key, tuple):
+        return lambda r: "/".join(_fmt(r.get(k), scale, digits) for k in key)
+    return lambda r: _fmt(r.get(key), scale, digits)
+
+
+TABLE_COLUMNS = [
+    ("method", _col("method", None, 0)),
+    ("gamma", _col("gamma", None, 0)),
+    ("tau", _col("tau", 1.0, 3)),
+    ("accept rate", _col("acceptance_rate", 1.0, 3)),
+    ("T_d ms", _col("t_draft_mean_s", 1e3, 2)),
+    ("T_v ms", _col("t_verify_mean_s", 1e3, 2)),
+    ("T_b ms", _col("t_rest_mean_s", 1e3, 2)),
+    ("ms/token (min-max)", _ms_spread),
+    ("speedup (min-max)", _speedup_spread),
+    ("vs vanilla", _col("speedup_vs_vanilla", 1.0, 2)),
+    ("TTFT ms", _col("ttft_s", 1e3, 1)),
+    ("TPOT ms", _col("tpot_s", 1e3, 2)),
+    ("ITL p50/p95/p99 ms", _col(("itl_p50_s", "itl_p95_s", "itl_p99_s"), 1e3, 2)),
+    ("tok/s", _col("throughput_tok_s", 1.0, 1)),
+    ("peak MiB", _col("peak_mem_bytes", 2.0**-20, 0)),
+    ("out len", _col("output_len_mean", 1.0, 1)),
 ]
-_MD_PREAMBLE = (
+PREAMBLE = (
     "tau = committed tokens per target round including the correction/bonus token; ms/token = "
-    "total round time / total committed tokens (not a mean of ratios); speedup = vanilla "
-    "ms/token / method ms/token in the same serving state; ITL = per-token gaps (tokens delivered "
-    "together count 0)."
+    "total round time / total committed tokens (not a mean of ratios), the median over interleaved "
+    "repeats with their min-max; speedup = ms/token of the state's fastest exact non-speculative "
+    "baseline (vanilla or hf-generate, named per table) / the method's, with the min-max of the "
+    "per-repeat paired ratios; vs vanilla = against our own vanilla loop; ITL = per-token gaps "
+    "(tokens delivered together count 0)."
 )
 
 
-def _cell(r: dict[str, Any], key: Any, scale: float | None, digits: int) -> str:
-    if isinstance(key, tuple):
-        return "/".join(_fmt(r.get(k), scale, digits) for k in key)
-    return _fmt(r.get(key), scale, digits)
+def report_tables(runs: list[dict[str, Any]]) -> list[tuple[str, str | None, list[dict[str, Any]]]]:
+    """``[(title, baseline method, runs)]`` per serving state, in order. A state's per-category
+    tables are left out when the state has a single category (they would repeat ``category=all``)."""
+    states: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs:
+        states.setdefault(serving_state(r), []).append(r)
+    cats: dict[tuple, set] = {}
+    for state in states:
+        no_cat = tuple(v for k, v in zip(SERVING_STATE_KEYS, state) if k != "category")
+        cats.setdefault(no_cat, set()).add(state[SERVING_STATE_KEYS.index("category")])
+    out = []
+    for state, rows in states.items():
+        no_cat = tuple(v for k, v in zip(SERVING_STATE_KEYS, state) if k != "category")
+        category = state[SERVING_STATE_KEYS.index("category")]
+        if category != "all" and cats[no_cat] == {"all", category}:
+            continue  # one category: its table is the "all" table again
+        title = ", ".join(f"{k}={v}" for k, v in zip(SERVING_STATE_KEYS, state))
+        base = next((r.get("baseline_method") for r in rows if r.get("baseline_method")), None)
+        out.append((title, base, rows))
+    return out
+
+
+def compact_table(report: dict[str, Any]) -> str:
+    """A few lines for a terminal: the test split (category all) per serving state, each method at its
+    fastest gamma: tau, ms/token with its min-max, speedup against the fastest baseline."""
+    from .figures import headline_runs, method_label, state_label
+
+    lines = []
+    for key, rows in headline_runs(report["runs"]).items():
+        base = next((r.get("baseline_method") for r in rows if r.get("baseline_method")), None)
+        lines.append(f"{state_label(key)} (test split; speedup vs the fastest baseline, {base})")
+        lines.append(f"  {'method':<20}{'tau':>6}  {'ms/token (min-max)':<26}{'speedup (min-max)':<20}{'vs vanilla':>10}")
+        for r in sorted(rows, key=lambda r: r.get("time_per_token_s") or math.inf):
+            tau = _fmt(r.get("tau"), 1.0, 2) if r.get("gamma") else "1"
+            lines.append(f"  {method_label(r):<20}{tau:>6}  {_ms_spread(r):<26}{_speedup_spread(r):<20}"
+                         f"{_fmt(r.get('speedup_vs_vanilla'), 1.0, 2):>10}")
+    return "\n".join(lines)
+
+
+def selection_text(s: dict[str, Any]) -> str:
+    """One line on a gamma choice: its state and its note (which names the gamma)."""
+    head = f"{s.get('method')}, T={s.get('temperature')}, batch {s.get('batch_size')}: "
+    return head + (s["note"] if s.get("note") else f"gamma {s.get('chosen')}. {s.get('stop_reason')}")
+
+
+def _selection_lines(report: dict[str, Any]) -> list[str]:
+    out = []
+    for s in report.get("gamma_selection") or []:
+        out.append(f"- {selection_text(s)}")
+    return out
 
 
 def _markdown(report: dict[str, Any], violations: list[str]) -> str:
-    lines = ["# eaglehead evaluation report", "", _MD_PREAMBLE, ""]
-    states: dict[tuple, list[dict[str, Any]]] = {}
-    for r in report["runs"]:
-        states.setdefault(serving_state(r), []).append(r)
-    for state, runs in states.items():
-        lines += ["## " + ", ".join(f"{k}={v}" for k, v in zip(SERVING_STATE_KEYS, state)), ""]
-        lines.append("| " + " | ".join(c[0] for c in _MD_COLUMNS) + " |")
-        lines.append("|" + "---|" * len(_MD_COLUMNS))
+    lines = ["# eaglehead evaluation report", "", PREAMBLE, "",
+             "Figures: headline.png, survival.png, round_time.png, gamma_sweep.png, itl_cdf.png; "
+             "all of it in report.html.", ""]
+    for title, base, runs in report_tables(report["runs"]):
+        lines += ["## " + title, "", f"Fastest baseline: {base or '-'}.", ""]
+        lines.append("| " + " | ".join(c[0] for c in TABLE_COLUMNS) + " |")
+        lines.append("|" + "---|" * len(TABLE_COLUMNS))
         for r in runs:
-            lines.append("| " + " | ".join(_cell(r, *c[1:]) for c in _MD_COLUMNS) + " |")
+            lines.append("| " + " | ".join(c[1](r) for c in TABLE_COLUMNS) + " |")
         curves = [r for r in runs if r.get("survival")]
         if curves:
             lines += ["", "Survival Pr(A >= i) for i = 1, 2, ...:", ""]
@@ -366,6 +434,8 @@ def _markdown(report: dict[str, Any], violations: list[str]) -> str:
                 vals = ", ".join(_fmt(s, 1.0, 3) for s in r["survival"])
                 lines.append(f"- {r['method']} (gamma {r.get('gamma')}): {vals}")
         lines.append("")
+    if report.get("gamma_selection"):
+        lines += ["## Gamma choice (tune split)", ""] + _selection_lines(report) + [""]
     for key in ("config", "versions", "hardware"):
         lines += [f"## {key}", "", "```json", json.dumps(report[key], indent=2), "```", ""]
     lines += ["## Consistency checks", ""]
@@ -373,93 +443,10 @@ def _markdown(report: dict[str, Any], violations: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _labels(rows: list[dict[str, Any]]) -> list[str]:
-    """Method plus whichever serving-state keys (and gamma) differ between rows."""
-    keys = (*SERVING_STATE_KEYS, "gamma")
-    varying = [k for k in keys if len({str(r.get(k)) for r in rows}) > 1]
-    return [" ".join([str(r.get("method"))] + [f"{k}={r.get(k)}" for k in varying]) for r in rows]
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
-
-
-def _plot_survival(runs: list[dict[str, Any]], path: Path) -> Path:
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-    spec = [r for r in runs if r.get("survival")]
-    for r, label in zip(spec, _labels(spec)):
-        pts = [(i + 1, s) for i, s in enumerate(r["survival"]) if s is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    if spec:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no speculative runs", ha="center", transform=ax.transAxes)
-    ax.set(xlabel="draft position i", ylabel="Pr(A >= i)", ylim=(0, 1.05), title="Survival curves")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    return _save(fig, path)
-
-
-def _plot_round_time(runs: list[dict[str, Any]], path: Path) -> Path:
-    fig = Figure(figsize=(max(6.0, 0.8 * len(runs)), 4))
-    ax = fig.add_subplot()
-    xs = list(range(len(runs)))
-    bottom = [0.0] * len(runs)
-    parts = (("t_draft_mean_s", "T_d draft"), ("t_verify_mean_s", "T_v verify"),
-             ("t_rest_mean_s", "T_b rest"))
-    for key, label in parts:
-        vals = [1e3 * (r.get(key) or 0.0) for r in runs]
-        ax.bar(xs, vals, bottom=bottom, label=label)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(xs, _labels(runs), rotation=30, ha="right", fontsize=7)
-    ax.set(ylabel="ms per round", title="Round time components")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
-
-
-def _plot_sweeps(sweeps: list[dict[str, Any]], path: Path) -> Path:
-    for i, s in enumerate(sweeps):
-        missing = [k for k in ("method", "gamma", "tau", "time_per_token_s") if k not in s]
-        if missing:
-            raise ValueError(f"report['sweeps'][{i}] lacks keys {missing}")
-    groups: dict[str, list[dict[str, Any]]] = {}
-    series_keys = [dict(s, gamma=None) for s in sweeps]  # gamma is the x axis, not a series key
-    for s, label in zip(sweeps, _labels(series_keys)):
-        groups.setdefault(label, []).append(s)
-    fig = Figure(figsize=(10, 4))
-    ax_tau, ax_tpt = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    for label, rows in groups.items():
-        rows = sorted(rows, key=lambda s: s["gamma"])
-        g = [s["gamma"] for s in rows]
-        ax_tau.plot(g, [s["tau"] for s in rows], marker="o", label=label)
-        ax_tpt.plot(g, [1e3 * s["time_per_token_s"] for s in rows], marker="o", label=label)
-    ax_tau.set(xlabel="gamma", ylabel="tau (incl. bonus token)", title="Acceptance length")
-    ax_tpt.set(xlabel="gamma", ylabel="ms per output token", title="Time per token")
-    for ax in (ax_tau, ax_tpt):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_tau.legend(fontsize=7)
-    return _save(fig, path)
-
-
-def _plot_itl_cdf(samples: dict[str, list[float]], path: Path) -> Path:
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-    for label, xs in samples.items():
-        xs = sorted(1e3 * float(x) for x in xs)
-        if xs:
-            cdf = [(k + 1) / len(xs) for k in range(len(xs))]
-            ax.step(xs, cdf, where="post", label=str(label))
-    ax.set(xlabel="inter-token gap (ms)", ylabel="fraction of tokens", ylim=(0, 1.02))
-    ax.set_title("Inter-token latency CDF (per token)")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
-
-
 def write_report(out_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md``, ``survival.png``, ``round_time.png`` and, when their
-    keys are given, ``gamma_sweep.png`` and ``itl_cdf.png`` into ``out_dir`` (created). The
+    """Write ``report.json``, ``report.md``, ``report.html``, ``headline.png``, ``survival.png``,
+    ``round_time.png`` and, when their keys are given, ``gamma_sweep.png`` and ``itl_cdf.png`` into
+    ``out_dir`` (created). The
     consistency violations are stored under ``consistency_violations`` and listed in the markdown.
     Returns ``{file name: path}``."""
     if not isinstance(report, dict):
@@ -481,12 +468,9 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]
     files = {"report.json": out / "report.json", "report.md": out / "report.md"}
     files["report.json"].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     files["report.md"].write_text(_markdown(data, violations))
-    files["survival.png"] = _plot_survival(data["runs"], out / "survival.png")
-    files["round_time.png"] = _plot_round_time(data["runs"], out / "round_time.png")
-    if data.get("sweeps"):
-        files["gamma_sweep.png"] = _plot_sweeps(data["sweeps"], out / "gamma_sweep.png")
-    if data.get("itl_samples"):
-        if not isinstance(data["itl_samples"], dict):
-            raise ValueError("report['itl_samples'] must be a dict {label: [gap seconds]}")
-        files["itl_cdf.png"] = _plot_itl_cdf(data["itl_samples"], out / "itl_cdf.png")
+    files.update(write_figures(data, out))
+    from .report_html import render_html  # it formats with this module's tables
+
+    files["report.html"] = out / "report.html"
+    files["report.html"].write_text(render_html(data, files))
     return files

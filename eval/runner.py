@@ -5,17 +5,19 @@ Usage (the CLI parses its options into an :class:`~eaglehead.eval.plan.EvalPlan`
     eaglehead eval --target PATH --prompts SET [--draft EAGLE3_DIR] [--eagle1 DIR] [--draft-lm DIR]
                    [--gamma 4 | --gamma 1..8 | --gamma auto] [--temperature 0 1] [--batch-sizes 1,4,8]
                    [--methods vanilla,hf-generate,eagle3,eagle1,draft-lm,prompt-lookup,hf-assisted]
-                   [--max-new-tokens 128] [--out runs/eval] [--overwrite] [--seed 0] [--device cuda]
-                   [--dtype bfloat16]
+                   [--max-new-tokens 128] [--repeats 3] [--out runs/eval] [--overwrite] [--seed 0]
+                   [--device cuda] [--dtype bfloat16] [--report-to wandb]
 
-    report = run_eval(EvalPlan(target=..., prompts=...))       # also writes report.json/.md/PNGs to plan.out
+    report = run_eval(EvalPlan(target=..., prompts=...))  # also writes report.json/.md/.html and PNGs to plan.out
     report = run_eval(EvalPlan(..., drafter_factories={"eagle3": lambda target: my_drafter}))  # tests
 
 What is held fixed: one target, precision, sampling setting, prompt set and token budget for all
 methods of a *serving state* (temperature, batch size). Prompts (first turn) go through the
 tokenizer's chat template when it has one. ``--gamma auto`` sweeps gamma on the *tune* split per
-state and method, picks it with ``gamma_select.select_gamma`` and reports on the *test* split; a
-fixed gamma or a sweep ``a..b`` is measured on the test split directly.
+state and method, picks it with ``gamma_select.choose_gamma`` (medians over ``--repeats``, a fitted
+round-time model) and reports on the *test* split; a fixed gamma or a sweep ``a..b`` is measured on
+the test split directly. Every timed pass runs ``--repeats`` times, interleaved; speedups are against
+the state's fastest exact baseline (vanilla or hf-generate) and, as a second column, against vanilla.
 
 The jobs live in their own modules: the plan and its validation (``plan.py``), transformers'
 baselines (``hf_baselines.py``), scheduling and timing (``schedule.py``) and the report's records
@@ -36,7 +38,7 @@ from eaglehead.decode.drafters import output_vocab_size
 
 from . import schedule
 from .assembly import hardware, identity_summary, method_records, report_config
-from .gamma_select import gamma_table_from_metrics, select_gamma
+from .gamma_select import choose_gamma, gamma_samples_from_metrics
 from .metrics import compute_metrics, itl_samples
 from .plan import DRAFTER_METHODS, PATH_OPTION, EvalPlan
 from .prompts import expand_turns
@@ -91,16 +93,22 @@ def _load_models(plan: EvalPlan):
 
 def _tune_gammas(plan: EvalPlan, models: Models, tune: list[Item], spec: list[str], state: dict, bar,
                  selections: list, sweeps: list) -> dict[str, list[int]]:
-    """``--gamma auto``: each drafting method's gamma, chosen on the tune split (records appended)."""
+    """``--gamma auto``: each drafting method's gamma, chosen on the tune split (records appended) by
+    ``choose_gamma``: medians over the repeats and a fitted round-time model, not single timings."""
     tuned = schedule.run_state(models, tune, [(m, g) for m in spec for g in plan.gammas], state["temperature"],
-                               state["batch_size"], bar)
+                               state["batch_size"], bar, repeats=plan.repeats)
     chosen = {}
     for m in spec:
-        per_g = {g: compute_metrics([r for _, r in tuned[(m, g)].pairs]) for g in plan.gammas}
-        sel = select_gamma(gamma_table_from_metrics(per_g))
-        chosen[m] = [sel.chosen]
-        selections.append({"method": m, **state, "split": "tune", **sel.to_dict()})
-        sweeps += [{"method": m, "gamma": g, "tau": per_g[g].tau, "time_per_token_s": per_g[g].time_per_token_s,
+        per_g = {g: [compute_metrics(schedule.repeat_results(tuned[(m, g)], k)) for k in range(plan.repeats)]
+                 for g in plan.gammas}
+        choice = choose_gamma(gamma_samples_from_metrics(per_g), seed=plan.seed)
+        chosen[m] = [choice.chosen]
+        selections.append({"method": m, **state, "split": "tune", **choice.to_dict()})
+        rows = {row.gamma: row for row in choice.table}
+        sweeps += [{"method": m, "gamma": g, "tau": per_g[g][0].tau, "time_per_token_s": rows[g].time_per_token_median_s,
+                    "time_per_token_min_s": rows[g].time_per_token_min_s,
+                    "time_per_token_max_s": rows[g].time_per_token_max_s,
+                    "time_per_token_modelled_s": rows[g].time_per_token_modelled_s, "repeats": plan.repeats,
                     **state, "split": "tune"} for g in plan.gammas]
     return chosen
 
@@ -119,7 +127,7 @@ def run_eval(plan: EvalPlan) -> dict:
     tune = [(p, encoded[p.id]) for p in tune_prompts]
     test = [(p, encoded[p.id]) for p in test_prompts]
 
-    runs, sweeps, selections, notes, itl = [], [], [], [], {}
+    runs, sweeps, selections, notes, itl = [], [], [], [], []
     if "hf-assisted" in plan.methods and any(b > 1 for b in plan.batch_sizes):
         notes.append("hf-assisted runs at batch_size 1 only: transformers' assisted generation supports batch "
                      f"size 1; skipped at batch sizes {[b for b in plan.batch_sizes if b > 1]}")
@@ -134,7 +142,7 @@ def run_eval(plan: EvalPlan) -> dict:
             if plan.gamma_mode == "auto" and spec:
                 chosen = _tune_gammas(plan, models, tune, spec, state, bar, selections, sweeps)
             keys = [(m, None) for m in methods if m not in spec] + [(m, g) for m in spec for g in chosen[m]]
-            result = schedule.run_state(models, test, keys, temp, bsz, bar)
+            result = schedule.run_state(models, test, keys, temp, bsz, bar, repeats=plan.repeats)
             for key in keys:
                 extra = {"split": "test", "gamma_mode": plan.gamma_mode}
                 if key[0].startswith("hf-"):
@@ -144,15 +152,23 @@ def run_eval(plan: EvalPlan) -> dict:
                 recs = method_records(key, result[key], result[("vanilla", None)], category_of, temp == 0, state,
                                       extra, turn_of=turn_of)  # "all" first
                 runs += recs
-                itl[f"{key[0]} g={key[1]} T={temp} B={bsz}"] = itl_samples([r for _, r in result[key].pairs])
+                itl.append({"method": key[0], "gamma": key[1], "temperature": temp, "batch_size": bsz,
+                            "gaps": itl_samples([r for _, r in result[key].pairs])})  # every repeat
                 if plan.gamma_mode == "sweep" and key[0] in spec:
                     sweeps.append({"method": key[0], "gamma": key[1], "tau": recs[0]["tau"],
-                                   "time_per_token_s": recs[0]["time_per_token_s"], **state, "split": "test"})
+                                   "time_per_token_s": recs[0]["time_per_token_s"],
+                                   "time_per_token_min_s": recs[0]["time_per_token_min_s"],
+                                   "time_per_token_max_s": recs[0]["time_per_token_max_s"], "repeats": plan.repeats,
+                                   **state, "split": "test"})
     bar.close()
     fill_speedups(runs)
     report = {"config": report_config(plan, tok, models.eos, models.pad_id, len(tune), len(test)),
               "versions": collect_versions(), "hardware": hardware(models.device), "runs": runs, "sweeps": sweeps,
               "gamma_selection": selections, "itl_samples": itl, "identity": identity_summary(runs), "notes": notes}
     report["consistency_violations"] = check_report_consistency(report)
-    write_report(plan.out, report)
+    files = write_report(plan.out, report)
+    if plan.report_to == "wandb":
+        from .wandb_log import log_report
+
+        log_report(report, files, project=plan.wandb_project, out_dir=plan.out)
     return report

@@ -1,7 +1,9 @@
 """Scheduling and timing of evaluation calls: batches, interleaving, warm-up, peak memory.
 
 Within a serving state (temperature, batch size) the methods run interleaved batch by batch
-(A B C A B C ..., the order rotated per batch), after one untimed warm-up call each. Batches are
+(A B C A B C ..., the order rotated per batch), after one untimed warm-up call each, and the whole
+pass is repeated ``repeats`` times (the plan's ``--repeats``) with the same seeds: the spread over
+repeats is the timing noise. Batches are
 left-padded and never mix categories or turns, so per-category and per-turn metrics are exact (a category's last batch may
 be smaller than the batch size). Peak memory: ``torch.cuda.max_memory_allocated`` reset before each
 call (max over the method's calls); on CPU the process's RSS high-water mark (``resource.getrusage``),
@@ -46,11 +48,13 @@ class Models:
 
 @dataclass
 class MethodRuns:
-    """One method's calls in one serving state: ``pairs`` (category, result) per batch with the batch's
-    turn in ``turns``, and per prompt id its tokens and whether it ended at EOS; ``peak`` memory in bytes."""
+    """One method's calls in one serving state: ``pairs`` (category, result) per batch and repeat, with
+    the batch's turn in ``turns`` and the repeat in ``repeat_of``; per prompt id its tokens and whether it
+    ended at EOS (repeats use the same seeds, so they decode the same tokens); ``peak`` memory in bytes."""
 
     pairs: list[tuple[str, GenerationResult]] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
+    repeat_of: list[int] = field(default_factory=list)
     tokens: dict[str, list[int]] = field(default_factory=dict)
     eos: dict[str, bool] = field(default_factory=dict)
     peak: int = 0
@@ -92,9 +96,11 @@ def _peak_read(device) -> int:
 
 
 def run_state(m: Models, items: list[Item], keys: list[Key], temperature: float, batch_size: int,
-              bar=None) -> dict[Key, MethodRuns]:
-    """Run every ``(method, gamma)`` of ``keys`` over ``items``, interleaved per batch. ``bar`` (a tqdm
-    bar) advances by one per generation call, warm-ups included."""
+              bar=None, repeats: int = 1) -> dict[Key, MethodRuns]:
+    """Run every ``(method, gamma)`` of ``keys`` over ``items`` ``repeats`` times, interleaved per batch
+    (repeat r runs every batch before repeat r + 1 starts; the order of keys rotates per batch and
+    repeat, so machine drift hits all methods alike). ``bar`` (a tqdm bar) advances by one per
+    generation call, warm-ups included."""
     sampling = SamplingConfig(temperature=temperature)
     batches = make_batches(items, batch_size)
     padded = [left_pad([ids for _, ids in batch], m.pad_id, m.device) for batch in batches]
@@ -103,22 +109,30 @@ def run_state(m: Models, items: list[Item], keys: list[Key], temperature: float,
         if bar is not None:
             bar.update(1)
     out = {k: MethodRuns() for k in keys}
-    for i, (batch, (ids, mask)) in enumerate(zip(batches, padded)):
-        r = i % len(keys)
-        for key in keys[r:] + keys[:r]:
-            _peak_reset(m.device)
-            res = run_call(m, key[0], key[1], ids, mask, sampling, m.max_new, m.seed + i)
-            rec = out[key]
-            rec.peak = max(rec.peak, _peak_read(m.device))
-            rec.pairs.append((batch[0][0].category, res))
-            rec.turns.append(batch[0][0].turn)
-            for (prompt, _), toks, eos in zip(batch, res.tokens, res.finished_by_eos):
-                rec.tokens[prompt.id] = toks
-                rec.eos[prompt.id] = eos
-            if bar is not None:
-                bar.set_postfix_str(f"T={temperature:g} B={batch_size} {key[0]} gamma={key[1]}", refresh=False)
-                bar.update(1)
+    for rep in range(repeats):
+        for i, (batch, (ids, mask)) in enumerate(zip(batches, padded)):
+            r = (i + rep) % len(keys)
+            for key in keys[r:] + keys[:r]:
+                _peak_reset(m.device)
+                res = run_call(m, key[0], key[1], ids, mask, sampling, m.max_new, m.seed + i)
+                rec = out[key]
+                rec.peak = max(rec.peak, _peak_read(m.device))
+                rec.pairs.append((batch[0][0].category, res))
+                rec.turns.append(batch[0][0].turn)
+                rec.repeat_of.append(rep)
+                for (prompt, _), toks, eos in zip(batch, res.tokens, res.finished_by_eos):
+                    rec.tokens[prompt.id] = toks
+                    rec.eos[prompt.id] = eos
+                if bar is not None:
+                    bar.set_postfix_str(f"T={temperature:g} B={batch_size} {key[0]} gamma={key[1]} "
+                                        f"repeat {rep + 1}/{repeats}", refresh=False)
+                    bar.update(1)
     return out
+
+
+def repeat_results(rec: MethodRuns, rep: int) -> list[GenerationResult]:
+    """The results of repeat ``rep`` of one method."""
+    return [res for (_, res), r in zip(rec.pairs, rec.repeat_of) if r == rep]
 
 
 def count_calls(plan: EvalPlan, tune: list[Item], test: list[Item]) -> int:
@@ -130,6 +144,6 @@ def count_calls(plan: EvalPlan, tune: list[Item], test: list[Item]) -> int:
         tune_keys = len(spec) * len(plan.gammas) if auto and spec else 0
         test_keys = len(methods) - len(spec) + len(spec) * (1 if auto else len(plan.gammas))
         if tune_keys:
-            total += tune_keys * (1 + len(make_batches(tune, bsz)))
-        total += test_keys * (1 + len(make_batches(test, bsz)))
+            total += tune_keys * (1 + plan.repeats * len(make_batches(tune, bsz)))
+        total += test_keys * (1 + plan.repeats * len(make_batches(test, bsz)))
     return total * len(plan.temperatures)

@@ -280,3 +280,23 @@ def test_bad_input_errors_name_the_parameter(target, draft_lm):
         broken.lm_head.weight[3, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         vanilla_generate(broken, x, sampling=GREEDY, max_new_tokens=2)
+
+
+def test_vanilla_prefills_the_whole_prompt_and_keeps_batch_one_hole_free(target):
+    """Vanilla's first token comes from one prefill call over the whole prompt (as HF's generate), the
+    rest from one-token rounds; at batch 1 the cache never materialises a mask."""
+    x = torch.randint(0, 64, (1, 9), generator=torch.Generator().manual_seed(4))
+    out = vanilla_generate(target, x, sampling=GREEDY, max_new_tokens=7)
+    assert out.prefill_tokens == 1 and len(out.rounds) == 6 and sum(sum(r.committed) for r in out.rounds) == 6
+    with torch.no_grad():  # the reference: full forwards, argmax of the last position
+        seq = x
+        for _ in range(7):
+            seq = torch.cat([seq, target(seq).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert out.tokens[0] == seq[0, 9:].tolist()
+    assert vanilla_generate(target, x, sampling=GREEDY, max_new_tokens=1).rounds == []
+    runner = RaggedCacheLM(target)
+    runner.reset(1)
+    runner.forward(x, torch.ones_like(x, dtype=torch.bool))
+    runner.forward(x[:, :3])
+    runner.keep_recent(3, [1])
+    assert runner._valid is None and runner.lengths.tolist() == [10] and runner.physical_length == 10

@@ -26,6 +26,8 @@ def base(tmp_path):
     (dict(batch_sizes=(1, 0)), "--batch-sizes"),
     (dict(batch_sizes=()), "--batch-sizes"),
     (dict(max_new_tokens=0), "--max-new-tokens"),
+    (dict(repeats=0), "--repeats"),
+    (dict(report_to="tensorboard"), "--report-to"),
     (dict(max_new_tokens=True), "--max-new-tokens"),
     (dict(max_prompts=0), "--max-prompts"),
     (dict(tune_fraction=1.0), "--tune-fraction"),

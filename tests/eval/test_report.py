@@ -7,12 +7,15 @@ import pytest
 
 from tests.eval.records import GenerationResult, RoundRecord
 
+from eaglehead.eval.report_html import check_html
 from eaglehead.eval.metrics import compute_metrics, itl_samples
 from eaglehead.eval.report import (
     RUN_KEYS,
     check_report_consistency,
     collect_versions,
+    compact_table,
     fill_speedups,
+    repeat_fields,
     run_record,
     write_report,
 )
@@ -70,8 +73,8 @@ def test_run_record_fields_and_speedups():
 def test_write_report_files(tmp_path):
     report = _report()
     files = write_report(tmp_path / "out", report)
-    expected = {"report.json", "report.md", "survival.png", "round_time.png", "gamma_sweep.png",
-                "itl_cdf.png"}
+    expected = {"report.json", "report.md", "report.html", "headline.png", "survival.png", "round_time.png",
+                "gamma_sweep.png", "itl_cdf.png"}
     assert set(files) == expected
     for name in expected:
         assert (tmp_path / "out" / name).stat().st_size > 0
@@ -82,9 +85,11 @@ def test_write_report_files(tmp_path):
     assert data["consistency_violations"] == []
     assert data["runs"][1]["survival"] == pytest.approx(report["runs"][1]["survival"])
     md = (tmp_path / "out" / "report.md").read_text()
-    assert md.count("| method | gamma | tau |") == 2  # one table per serving state
-    assert "category=code" in md and "| eagle3 | 3 | 3.000 |" in md
+    # The "code" state is the only category: its table would repeat category=all, so it is left out.
+    assert md.count("| method | gamma | tau |") == 1
+    assert "category=code" not in md and "| eagle3 | 3 | 3.000 |" in md
     assert "All checks passed." in md
+    assert check_html((tmp_path / "out" / "report.html").read_text(), figures=5) == []
 
 
 def test_write_report_rejects_missing_keys(tmp_path):
@@ -132,3 +137,59 @@ def test_violations_are_written_to_markdown(tmp_path):
     assert "tau 3.5 != 1 + accepted_mean" in (tmp_path / "report.md").read_text()
     data = json.loads((tmp_path / "report.json").read_text())
     assert any("tau 3.5" in v for v in data["consistency_violations"])
+
+
+def _state_runs(times: dict[str, list[float]]):
+    """One serving state whose methods have the given per-repeat times per token (s)."""
+    state = dict(prompt_set="p", split="test", category="all", temperature=0.0, batch_size=1)
+    runs = []
+    for method, tpts in times.items():
+        gamma = 0 if method in ("vanilla", "hf-generate") else 3
+        per_rep = [_result(gamma, [0] * 10 if not gamma else [3, 1] * 5, t * (10 if not gamma else 30) / 10)
+                   for t in tpts]
+        idx, spread = repeat_fields([compute_metrics(r).time_per_token_s for r in per_rep])
+        runs.append(run_record(method, compute_metrics(per_rep[idx]), gamma=gamma, **state, **spread))
+    fill_speedups(runs)
+    return runs
+
+
+def test_speedup_is_against_the_fastest_baseline_with_paired_spread():
+    runs = _state_runs({"vanilla": [0.010, 0.011, 0.030], "hf-generate": [0.009, 0.012, 0.010],
+                        "eagle3": [0.004, 0.005, 0.006]})
+    van, hf, spec = runs
+    assert van["time_per_token_s"] == pytest.approx(0.011) and hf["time_per_token_s"] == pytest.approx(0.010)
+    assert spec["baseline_method"] == "hf-generate" and van["baseline_method"] == "hf-generate"
+    assert spec["speedup"] == pytest.approx(0.010 / 0.005)
+    assert spec["speedup_vs_vanilla"] == pytest.approx(0.011 / 0.005)
+    # Paired per repeat: 0.009/0.004, 0.012/0.005, 0.010/0.006.
+    assert spec["speedup_repeats"] == pytest.approx([2.25, 2.4, 10 / 6])
+    assert (spec["speedup_min"], spec["speedup_max"]) == (pytest.approx(10 / 6), pytest.approx(2.4))
+    assert spec["time_per_token_min_s"] == pytest.approx(0.004) and spec["time_per_token_max_s"] == pytest.approx(0.006)
+    report = {"config": {}, "versions": {}, "hardware": {}, "runs": runs}
+    assert check_report_consistency(report) == []
+    table = compact_table(report)
+    assert "fastest baseline, hf-generate" in table and "2.00 (1.67-2.40)" in table
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("baseline_method", "vanilla", "is not the fastest baseline"),
+    ("speedup", 3.0, "speedup 3.0 != hf-generate time/token"),
+    ("speedup_max", 9.0, "speedup min/max"),
+    ("time_per_token_max_s", 1.0, "time_per_token min/max"),
+    ("speedup_repeats", [1.0, 1.0, 1.0], "speedup_repeats"),
+])
+def test_consistency_covers_spread_and_baseline(field, value, message):
+    runs = _state_runs({"vanilla": [0.010, 0.011, 0.030], "hf-generate": [0.009, 0.012, 0.010],
+                        "eagle3": [0.004, 0.005, 0.006]})
+    runs[2][field] = value
+    violations = check_report_consistency({"config": {}, "versions": {}, "hardware": {}, "runs": runs})
+    assert any(message in v for v in violations), violations
+
+
+def test_html_check_flags_external_references():
+    page = '<html><body><table></table><img src="data:image/png;base64,AAAA"></body></html>'
+    assert check_html(page) == []
+    for bad in ('<img src="plot.png">', '<script src="https://x/y.js"></script>', '<a href="https://x">x</a>',
+                '<link rel="stylesheet" href="s.css">'):
+        assert check_html(page.replace("<table></table>", "<table></table>" + bad)), bad
+    assert check_html("<html><img src='data:image/png;base64,AA'></html>") == ["no table"]

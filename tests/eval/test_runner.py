@@ -14,6 +14,7 @@ from transformers import PreTrainedTokenizerFast
 
 import eaglehead.eval.schedule as schedule
 from eaglehead.decode import DraftModelDrafter, PromptLookupDrafter
+from eaglehead.eval.report_html import check_html
 from eaglehead.eval.plan import add_eval_arguments, parse_gamma, plan_from_args
 from eaglehead.eval.report import check_report_consistency
 from eaglehead.eval.runner import run_eval
@@ -100,7 +101,8 @@ def full_report(workspace, tmp_path_factory):
 
 def test_report_files_and_consistency(full_report):
     report, out = full_report
-    for name in ("report.json", "report.md", "survival.png", "round_time.png", "itl_cdf.png"):
+    for name in ("report.json", "report.md", "report.html", "headline.png", "survival.png", "round_time.png",
+                 "itl_cdf.png"):
         assert (out / name).is_file(), name
     on_disk = json.loads((out / "report.json").read_text())
     assert on_disk["consistency_violations"] == []
@@ -182,6 +184,28 @@ def test_gamma_auto_tunes_on_tune_split_and_reports_test(workspace, tmp_path, mo
     assert all(s["split"] == "tune" for s in report["sweeps"])
     assert (tmp_path / "auto" / "gamma_sweep.png").is_file()
     assert report["identity"]["all_identical"] is True and report["consistency_violations"] == []
+
+
+def test_repeats_give_spread_fastest_baseline_html_and_wandb(workspace, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "rep"
+    report = run_eval(_args(workspace, out, "--methods", "vanilla,hf-generate,prompt-lookup", "--gamma", "auto:1..3",
+                            "--repeats", "3", "--max-new-tokens", "6", "--report-to", "wandb"))
+    assert report["consistency_violations"] == []
+    test_runs = [r for r in report["runs"] if r["category"] == "all"]
+    for r in test_runs:
+        assert r["repeats"] == 3 and len(r["time_per_token_repeats_s"]) == 3
+        assert r["time_per_token_min_s"] <= r["time_per_token_s"] <= r["time_per_token_max_s"]
+        assert r["baseline_method"] in ("vanilla", "hf-generate") and len(r["speedup_repeats"]) == 3
+    base = min((r for r in test_runs if r["method"] in ("vanilla", "hf-generate")), key=lambda r: r["time_per_token_s"])
+    assert all(r["baseline_method"] == base["method"] for r in test_runs)
+    sel = report["gamma_selection"][0]
+    assert sel["chosen"] in (1, 2, 3) and "bootstrap over repeats" in sel["confidence_method"] and sel["note"]
+    assert all(s["repeats"] == 3 and s["time_per_token_min_s"] <= s["time_per_token_s"] for s in report["sweeps"])
+    assert check_html((out / "report.html").read_text(), figures=5) == []
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert runs and any(p.suffix == ".wandb" for p in runs[0].iterdir())
 
 
 def test_parse_gamma():
