@@ -55,3 +55,4 @@ def log_report(report: dict[str, Any], files: dict[str, Path], *, project: str, 
         return str(run.dir)
     finally:
         run.finish()
+        wandb.teardown()  # drop the process-wide wandb state (its dir), so a later run in this process starts clean
