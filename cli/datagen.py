@@ -28,6 +28,7 @@ import argparse
 import inspect
 import json
 import math
+import random
 import sys
 import time
 from collections import deque
@@ -38,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
+from eaglehead.builtin.shipped import file_sha256
 from eaglehead.builtin.text import left_pad
 from eaglehead.decode import SamplingConfig, probs, sample_from
 from eaglehead.train import chat_data as cd
@@ -391,7 +393,7 @@ def run(cfg: ChatDataConfig) -> dict:
     path = out / "conversations.jsonl"
     cd.write_shard(path, [{"id": f"chat-{i:06d}", "source": p["source"], "messages": c}
                           for i, (p, c) in enumerate(zip(prompts, convs))])
-    manifest = {"file": path.name, "sha256": cd.file_sha256(path), "conversations": len(convs), **stats,
+    manifest = {"file": path.name, "sha256": file_sha256(path), "conversations": len(convs), **stats,
                 "seconds_this_run": round(time.perf_counter() - t0, 1)}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
@@ -406,8 +408,6 @@ def _shard_defining(cfg: ChatDataConfig) -> dict:
 
 
 def random_subset(items: list[int], fraction: float, seed: int) -> list[int]:
-    import random
-
     rng = random.Random(cd.shard_seed(seed, "subset", 0))
     return rng.sample(items, round(len(items) * fraction))
 

@@ -60,18 +60,17 @@ class OverlapFilter:
             for text in texts:
                 for g in ngrams(text, n):
                     self.grams.setdefault(g, name)
+        # Benchmark texts shorter than n words are single grams of their own length: look those up too.
+        self.lengths = sorted({len(g) for g in self.grams} | {n})
 
     def hit(self, text: str) -> str | None:
         """The benchmark ``text`` overlaps with, or ``None``."""
         w = words(text)
-        grams = [tuple(w[i:i + self.n]) for i in range(max(1, len(w) - self.n + 1))] if w else []
-        # Short benchmark texts are single grams of fewer than n words: look those up too.
-        short = {len(g) for g in self.grams if len(g) < self.n}
-        for k in short:
-            grams += [tuple(w[i:i + k]) for i in range(len(w) - k + 1)]
-        for g in grams:
-            if g in self.grams:
-                return self.grams[g]
+        for k in self.lengths:
+            for i in range(len(w) - k + 1):
+                hit = self.grams.get(tuple(w[i:i + k]))
+                if hit is not None:
+                    return hit
         return None
 
 
@@ -208,11 +207,3 @@ def write_shard(path: Path, rows: list[dict]) -> None:
 def shard_seed(seed: int, stage: str, index: int) -> int:
     """An independent, reproducible seed per (run seed, stage, shard)."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{stage}:{index}".encode()).digest()[:8], "little") >> 1
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
