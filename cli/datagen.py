@@ -230,9 +230,8 @@ class _Progress:
 
 
 def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[list[int]], *, sampling,
-                     max_new_tokens: int, batch_size: int, shard_size: int, seed: int,
-                     meta: list[dict]) -> list[dict]:
-    """Generate a continuation for each prefix, sharded; returns ``meta[i] | {"ids", "eos"}`` per prefix.
+                     max_new_tokens: int, batch_size: int, shard_size: int, seed: int) -> list[dict]:
+    """Generate a continuation for each prefix, sharded; returns ``{"ids", "eos"}`` per prefix.
 
     Prefixes are ordered by length so each batch pads little; shard ``k`` covers positions
     ``[k * shard_size, (k + 1) * shard_size)`` of that order and is skipped when already written.
@@ -254,7 +253,7 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
             cd.write_shard(path, shard)
             progress.step(sum(len(r["ids"]) for r in shard))
         for r in shard:
-            rows[r["index"]] = {**meta[r["index"]], "ids": r["ids"], "eos": r["eos"]}
+            rows[r["index"]] = {"ids": r["ids"], "eos": r["eos"]}
     progress.close()
     return [rows[i] for i in range(len(prefixes))]
 
@@ -339,7 +338,7 @@ def answer(target: _Target, cfg: ChatDataConfig, out: Path, stage: str, convs: l
     return _generate_shards(target, stage, out, [target.assistant_prefix(c) for c in convs],
                             sampling=SamplingConfig(temperature=r.temperature, top_p=r.top_p),
                             max_new_tokens=r.max_new_tokens, batch_size=r.batch_size, shard_size=r.shard_size,
-                            seed=cfg.seed, meta=[{} for _ in convs])
+                            seed=cfg.seed)
 
 
 def followups(target: _Target, cfg: ChatDataConfig, out: Path, convs: list[list[dict]]) -> list[dict]:
@@ -348,7 +347,7 @@ def followups(target: _Target, cfg: ChatDataConfig, out: Path, convs: list[list[
     return _generate_shards(target, "followup", out, [target.user_prefix(c) for c in convs],
                             sampling=SamplingConfig(temperature=s.temperature, top_p=s.top_p),
                             max_new_tokens=s.max_new_tokens, batch_size=r.batch_size, shard_size=r.shard_size,
-                            seed=cfg.seed, meta=[{} for _ in convs])
+                            seed=cfg.seed)
 
 
 def run(cfg: ChatDataConfig) -> dict:
