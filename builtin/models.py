@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from .devices import dtype_name, resolve_dtype
+from .packages import SMOLLM2, SMOLLM2_HUB_ID
 
 DEMO_TARGET = "builtin:demo-target"
-SMOLLM2 = "builtin:smollm2-135m-instruct"
 
 
 def resolve_target(name: str, dtype: str | torch.dtype = "float32") -> str:
@@ -44,6 +44,14 @@ def resolve_target(name: str, dtype: str | torch.dtype = "float32") -> str:
         precision = dtype if isinstance(dtype, str) and dtype != "auto" else dtype_name(resolve_dtype(dtype))
         return str(gguf_to_hf_dir(name, precision))
     return name
+
+
+def hub_name(name: str) -> str:
+    """The hub id a built-in target is published under (what serving engines load), else ``name``.
+
+    Heads record their target by this name, so an exported head names ``HuggingFaceTB/SmolLM2-135M-Instruct``
+    rather than a name only eaglehead understands."""
+    return {SMOLLM2: SMOLLM2_HUB_ID}.get(str(name), str(name))
 
 
 def check_model_name(name: str, option: str = "--target") -> None:

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache
 
+from eaglehead.builtin.kvcache import GrowingCache
 from eaglehead.builtin.shipped import file_sha256
 from eaglehead.builtin.text import left_pad
 from eaglehead.decode import SamplingConfig, probs, sample_from
@@ -122,7 +122,7 @@ def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling:
         if waiting and (not live or free >= max(1, batch_size // 4)):
             new = [waiting.popleft() for _ in range(min(free, len(waiting)))]
             ids, new_mask = left_pad([prompts[i] for i in new], pad_id, device)
-            new_cache = DynamicCache(config=model.config)
+            new_cache = GrowingCache(config=model.config)
             new_logits = model(input_ids=ids, attention_mask=new_mask, position_ids=(new_mask.cumsum(-1) - 1).clamp_min(0),
                                logits_to_keep=1, use_cache=True, **{cache_kw: new_cache}).logits[:, -1]
             if live:
@@ -176,7 +176,7 @@ def _drop_leading_padding(cache, mask):
     if lead == 0:
         return cache, mask
     for layer in cache.layers:
-        layer.keys, layer.values = layer.keys[..., lead:, :], layer.values[..., lead:, :]
+        layer.drop_leading(lead)
     return cache, mask[:, lead:]
 
 

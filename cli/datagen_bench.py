@@ -2,7 +2,7 @@
 batch size, on the same prompts, interleaved (A B A B ...) so both see the same machine load.
 
     python -m eaglehead.datagen_bench --target builtin:smollm2-135m-instruct --batch-size 32 \\
-        --prompts 64 --max-new-tokens 256 --repeats 2
+        --prompts 64 --max-new-tokens 512 --repeats 2
 
 Prompts are standard-library seed prompts (``eaglehead.train.chat_data``), chat-templated, sorted by
 length as the data generator does. Tokens counted = new tokens up to and including the first EOS, for
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="builtin:smollm2-135m-instruct")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=64)
-    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--max-new-tokens", type=int, default=512)  # the data config's cap
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)

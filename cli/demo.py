@@ -378,8 +378,8 @@ def _pick(report: dict, method: str, temperature: float = 0.0, batch: int = 1) -
 def goals(report: dict) -> list[tuple[str, bool, str]]:
     e3, e1, van = _pick(report, "eagle3"), _pick(report, "eagle1"), _pick(report, "vanilla")
     rows = [("EAGLE-3 tau >= 3.0 (greedy, batch 1)", e3["tau"] >= 3.0, f"{e3['tau']:.2f}"),
-            ("EAGLE-3 time per token >= 1.5x better than vanilla", e3["speedup_vs_vanilla"] >= 1.5,
-             f"{e3['speedup_vs_vanilla']:.2f}x"),
+            (f"EAGLE-3 time per token >= 1.5x better than the fastest baseline ({e3['baseline_method']})",
+             e3["speedup"] >= 1.5, f"{e3['speedup']:.2f}x ({e3['speedup_vs_vanilla']:.2f}x vs vanilla)"),
             ("EAGLE-3 tau >= 1.2x the EAGLE-1 ablation's", e3["tau"] >= 1.2 * e1["tau"],
              f"{e3['tau']:.2f} vs {e1['tau']:.2f} ({e3['tau'] / e1['tau']:.2f}x)")]
     for peer in ("draft-lm", "prompt-lookup", "hf-assisted"):

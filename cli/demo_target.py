@@ -7,7 +7,8 @@ Reproduce the shipped artifact (``builtin/assets/demo_target/``) exactly, on one
 (``recipe.json`` holds the exact command, with every setting spelled out.) Time one training step of
 a configuration without data: ``python -m eaglehead.demo_target bench [--layers 10 --width 192]``.
 
-This module is the training recipe only. The corpus and its held-out split are
+This module is the training recipe only; its packing, batch order, learning-rate schedule and optimizer
+are shared with :mod:`eaglehead.draft_lm` (draft LMs for real targets). The corpus and its held-out split are
 :mod:`eaglehead.builtin.corpus`; locating, verifying and loading the shipped artifact is
 :mod:`eaglehead.builtin.shipped`. The measurements behind each choice are in BENCHMARKS.md.
 
@@ -129,21 +130,27 @@ def command_for(s: Settings, out: str, stop_at: int | None) -> str:
 # --------------------------------------------------------------------------------------- training
 
 def _pack(tokenizer, files: list[tuple[str, str]], seq_len: int):
-    """Token stream of ``files`` with ``<|endoftext|>`` after each, cut into chunks: (n_chunks, seq_len + 1).
-
-    Consecutive chunks overlap by one token so that every stream position is a target exactly once.
-    """
+    """Token stream of ``files`` with ``<|endoftext|>`` after each, cut into chunks: (n_chunks, seq_len + 1)."""
     import torch
 
     rows = tokenizer.backend_tokenizer.encode_batch([text for _, text in files], add_special_tokens=False)
     stream = torch.tensor([t for row in rows for t in row.ids + [tokenizer.eos_token_id]], dtype=torch.long)
+    return pack_stream(stream, seq_len, "corpus", "--seq-len")
+
+
+def pack_stream(stream, seq_len: int, what: str, option: str):
+    """A 1-D tensor cut into chunks (n_chunks, seq_len + 1); the tail that fills no chunk is dropped.
+
+    Consecutive chunks overlap by one token so that every stream position is a target exactly once.
+    ``what`` and ``option`` name the stream and the length setting in the error for a short stream.
+    """
     n = (len(stream) - 1) // seq_len
     if n < 1:
-        raise ValueError(f"corpus: {len(stream)} tokens do not fill one chunk of --seq-len {seq_len}")
+        raise ValueError(f"{what}: {len(stream)} tokens do not fill one chunk of {option} {seq_len}")
     return stream[: n * seq_len + 1].unfold(0, seq_len + 1, seq_len)
 
 
-def _batches(n_chunks: int, batch: int, seed: int):
+def chunk_batches(n_chunks: int, batch: int, seed: int):
     """Endless batches of chunk indices: a fresh seeded permutation per epoch, read ``batch`` at a time."""
     import torch
 
@@ -156,8 +163,11 @@ def _batches(n_chunks: int, batch: int, seed: int):
         pending = pending[batch:]
 
 
-def _lr(s: Settings, step: int) -> float:
-    """Linear warm-up over ``s.warmup`` steps, then cosine from ``s.lr`` to ``s.lr * s.min_lr_ratio`` at ``s.steps``."""
+def lr_at(s: Settings, step: int) -> float:
+    """Linear warm-up over ``s.warmup`` steps, then cosine from ``s.lr`` to ``s.lr * s.min_lr_ratio`` at ``s.steps``.
+
+    ``s`` is any object with those fields (``Settings`` here, the draft LM's config in ``eaglehead.draft_lm``).
+    """
     if step < s.warmup:
         return s.lr * (step + 1) / s.warmup
     progress = (step - s.warmup) / max(1, s.steps - s.warmup)
@@ -178,14 +188,15 @@ def _mean_loss(model, chunks, batch: int) -> float:
     return total / chunks[:, 1:].numel()
 
 
-def _spread(chunks, k: int):
+def spread(chunks, k: int):
     """``k`` chunks evenly spaced over ``chunks`` (all of them when there are fewer)."""
     import torch
 
     return chunks[torch.linspace(0, len(chunks) - 1, min(k, len(chunks))).round().long()]
 
 
-def _optimizer(model, s: Settings):
+def adamw(model, s: Settings):
+    """AdamW (0.9, 0.95) at ``s.lr``; ``s`` is any object with ``lr`` and ``weight_decay``."""
     import torch
 
     # Weight decay on matrices only (projections, embedding); RMSNorm gains are left alone.
@@ -233,7 +244,7 @@ def _recipe_inputs(s: Settings, train_files, heldout_files, train_chunks, model)
                                  if k not in ("transformers_version", "dtype")}}}
 
 
-def _versions() -> dict:
+def package_versions() -> dict:
     import tokenizers
     import torch
     import transformers
@@ -276,12 +287,12 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
         train_files, heldout_files = corpus_split(s.corpus_limit or None)
         tokenizer = train_tokenizer([text for _, text in train_files], s.vocab, s.seq_len)
         train_chunks = _pack(tokenizer, train_files, s.seq_len)      # (n_train, seq_len + 1)
-        eval_sets = {"train": _spread(train_chunks, s.eval_chunks),
-                     "heldout": _spread(_pack(tokenizer, heldout_files, s.seq_len), s.eval_chunks)}
+        eval_sets = {"train": spread(train_chunks, s.eval_chunks),
+                     "heldout": spread(_pack(tokenizer, heldout_files, s.seq_len), s.eval_chunks)}
         torch.manual_seed(s.seed)
         model = LlamaForCausalLM(model_config(s, tokenizer.eos_token_id)).float().train()
-        opt = _optimizer(model, s)
-        versions = _versions()
+        opt = adamw(model, s)
+        versions = package_versions()
         inputs = _recipe_inputs(s, train_files, heldout_files, train_chunks, model)
         log = open(out_dir / "train.log", "w")
         log.write(f"# {command_for(s, str(out), stop_at)}\n# versions {json.dumps(versions)}\n")
@@ -289,12 +300,12 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
         results: dict = {}
         running, last_save = [], time.monotonic()
         bar = tqdm(total=last, disable=not progress, mininterval=30, desc=desc)
-        batches = _batches(len(train_chunks), s.batch, s.seed)
+        batches = chunk_batches(len(train_chunks), s.batch, s.seed)
         step = 0
         while step < last:
             chunk = train_chunks[next(batches)]                            # (batch, seq_len + 1)
             for group in opt.param_groups:
-                group["lr"] = _lr(s, step)
+                group["lr"] = lr_at(s, step)
             logits = model(input_ids=chunk[:, :-1], use_cache=False).logits  # (batch, seq_len, vocab)
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten())
             opt.zero_grad(set_to_none=True)
@@ -314,7 +325,7 @@ def build(s: Settings, out: str | os.PathLike, seconds: float | None = None, sto
                        "epochs": round(step * s.batch / len(train_chunks), 3),
                        "wall_seconds": round(time.monotonic() - t0, 1)}
             running = []
-            log.write(json.dumps(results | {"lr": _lr(s, step - 1)}) + "\n")
+            log.write(json.dumps(results | {"lr": lr_at(s, step - 1)}) + "\n")
             log.flush()
             bar.set_postfix(loss=results["running_train_loss"], heldout=results["heldout_loss"])
             # Saved only right after an evaluation, so that recipe.json's losses describe the saved weights.
@@ -343,7 +354,7 @@ def bench_step(s: Settings, steps: int = 3, threads: int = 1) -> dict:
     try:
         torch.manual_seed(s.seed)
         model = LlamaForCausalLM(model_config(s, 0)).float().train()
-        opt = _optimizer(model, s)
+        opt = adamw(model, s)
         chunk = torch.randint(0, s.vocab, (s.batch, s.seq_len + 1))
         times = []
         for _ in range(steps + 1):

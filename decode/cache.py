@@ -2,8 +2,9 @@
 
 Convention: with ``L`` committed tokens, the target cache holds the first
 ``L - 1``; the last committed token is pending and is fed first in the next call. Rows of a batch
-accept different numbers of drafts, but ``DynamicCache.crop`` drops the same count from every row.
-So the cache is kept *physically* aligned across rows and each row carries a validity mask:
+accept different numbers of drafts, but ``crop`` (of transformers' ``DynamicCache``, and of the
+``GrowingCache`` used here, which appends in place instead of copying the cache every step) drops
+the same count from every row. So the cache is kept *physically* aligned across rows and each row carries a validity mask:
 rejected entries become holes (mask 0) that attention never sees, and every fed token gets an
 explicit position id equal to the number of valid tokens before it, so RoPE positions stay right.
 With batch 1 there are never holes: the physical crop is exactly the seed's ``crop(L + A)``.
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import DynamicCache
 
+from eaglehead.builtin.kvcache import GrowingCache
 from eaglehead.draftheads.taps import FeatureTaps
 
 
@@ -43,7 +44,7 @@ class RaggedCacheLM:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
-        self.cache: DynamicCache | None = None
+        self.cache: GrowingCache | None = None
         self._valid: torch.Tensor | None = None  # None: no holes, every row holds all P entries
         self._lengths: torch.Tensor | None = None
         self._physical = 0
@@ -74,7 +75,7 @@ class RaggedCacheLM:
         return self._lengths
 
     def reset(self, batch_size: int) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = GrowingCache(config=self.model.config)
         self._valid, self._lengths = None, None
         self._physical, self._bsz = 0, batch_size
 

@@ -54,6 +54,22 @@ def test_export_round_trip_and_refusal(assets, capsys, tmp_path):
         assert "--overwrite" in capsys.readouterr().err
 
 
+def test_export_names_the_target_as_engines_load_it(assets, tmp_path):
+    from eaglehead.builtin.models import SMOLLM2, hub_name
+
+    assert hub_name(SMOLLM2) == "HuggingFaceTB/SmolLM2-135M-Instruct"  # what training records for the built-in
+    assert hub_name("runs/my-target") == "runs/my-target"
+    out = tmp_path / "named"
+    assert main(["export", str(assets / "head"), "--out", str(out), "--target-name", "org/model"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["eaglehead"]["target_name_or_path"] == "org/model"
+    assert load_head(out).config.target_name_or_path == "org/model"
+    out = tmp_path / "spec"
+    assert main(["export", str(assets / "head"), "--format", "speculators", "--out", str(out),
+                 "--target-name", "org/model"]) == 0
+    assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == "org/model"
+
+
 def test_bad_input_exits_2_with_the_parameter_named(assets, capsys):
     target = ["--target", str(assets / "target")]
     rc, _, err = _generate(capsys, *target, "--prompt-lookup", "--gamma", "0")

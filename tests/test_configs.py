@@ -10,8 +10,9 @@ from eaglehead.train.config import load_config
 from eaglehead.train.recipe import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TRAIN = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.endswith("-data.yaml"))
+TRAIN = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.endswith(("-data.yaml", "-draft-lm.yaml")))
 DATA = sorted(CONFIGS.glob("*-data.yaml"))  # chat data the target writes (eaglehead.datagen)
+DRAFT_LM = sorted(CONFIGS.glob("*-draft-lm.yaml"))  # small draft LMs with a target's tokenizer (eaglehead.draft_lm)
 ACCEL = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
@@ -37,6 +38,16 @@ def test_chat_data_config_loads_and_documents_its_command(path):
     cfg = load_config(ChatDataConfig, path)
     assert cfg.synthesis.magpie_prompts + cfg.synthesis.stdlib_prompts > 0
     assert any(line.startswith("#") and "eaglehead prepare --data-config" in line
+               for line in path.read_text().splitlines())
+
+
+@pytest.mark.parametrize("path", DRAFT_LM, ids=lambda p: p.name)
+def test_draft_lm_config_loads_and_documents_its_command(path):
+    from eaglehead.draft_lm import DraftLMConfig
+
+    cfg = load_config(DraftLMConfig, path)
+    assert cfg.steps >= 1 and cfg.target and cfg.data
+    assert any(line.startswith("#") and f"python -m eaglehead.draft_lm --config configs/{path.name}" in line
                for line in path.read_text().splitlines())
 
 

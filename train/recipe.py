@@ -139,7 +139,7 @@ def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> E
         overrides["fused_layer_ids"] = list(cfg.head.fused_layer_ids)
     if cfg.head.intermediate_size is not None:
         overrides["intermediate_size"] = cfg.head.intermediate_size
-    overrides["target_name_or_path"] = cfg.model.target
+    overrides["target_name_or_path"] = models.hub_name(cfg.model.target)
     if cfg.head.type == "eagle1":
         head = Eagle1Head(Eagle1Head.config_from_target(target.config, **overrides))
     else:
