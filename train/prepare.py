@@ -18,7 +18,7 @@ from eaglehead.draftheads.vocab import build_draft_vocab, coverage
 from .config import save_config
 from .data import build_dataset, count_tokens
 from .features import cache_features
-from .recipe import TrainConfig, data_config, load_target, save_token_counts
+from .recipe import TrainConfig, data_config, draft_vocab_size, load_target, save_token_counts
 
 
 def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None = None) -> dict:
@@ -31,7 +31,7 @@ def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None =
     out_dir = Path(cfg.output_dir)
     save_token_counts(out_dir, counts)
     save_config(cfg, out_dir / "prepare_config.yaml")
-    size = vocab if cfg.head.type == "eagle1" else min(cfg.head.draft_vocab_size, vocab)
+    size = draft_vocab_size(cfg.head, vocab)
     _, t2d = build_draft_vocab(counts, size)
     cov = coverage(counts, t2d)
     summary = {"sequences": len(ds), "loss_tokens": int(counts.sum()), "draft_vocab_size": size,

@@ -49,7 +49,10 @@ class ModelConfig:
 class HeadConfig:
     type: Literal["eagle3", "eagle1"] = "eagle3"
     fused_layer_ids: list[int] | None = None  # default [2, L//2, L-3] (eagle1: [L])
-    draft_vocab_size: int = 32000  # capped at the target vocabulary; eagle1 always uses the full one
+    draft_vocab_size: int = 32000  # capped at the target vocabulary
+    # eagle1: "full" (EAGLE-1 as published: the whole target vocabulary) or "draft" (draft_vocab_size, as
+    # EAGLE-3: an ablation of layer fusion alone; at vocab 49152 the full output layer is 5x a reduced one)
+    eagle1_vocab: Literal["full", "draft"] = "full"
     intermediate_size: int | None = None  # default: the target's
     init_from: str | None = None  # a head directory to start from
     # target: lm_head starts as the target's output rows of the draft vocabulary and the final norm as the
@@ -103,12 +106,28 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     seed: int = 0
     log_every: int = 10
+    # Top-1 agreement (acc_i) is measured on every accuracy_every-th step only: it needs the target's
+    # full-vocabulary output product, which the loss (draft vocabulary only) does not.
+    accuracy_every: int = 1
     save_every: int = 500  # optimizer steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 2
     resume: str = "auto"  # auto | never | a checkpoint directory
     report_to: Literal["none", "wandb"] = "none"
     wandb_project: str = "eaglehead"
     export: bool = True  # export the final head in the EAGLE-3 layout
+
+    def __post_init__(self):
+        for name in ("log_every", "accuracy_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive number of steps, got {value!r}")
+        if self.log_every % self.accuracy_every:
+            raise ValueError(f"accuracy_every={self.accuracy_every} must divide log_every={self.log_every}, so "
+                             "every logged window holds measured steps")
+
+    def measures_accuracy(self, done: int) -> bool:
+        """Whether optimizer step number ``done`` (1-based) measures top-1 agreement."""
+        return done % self.accuracy_every == 0 or done == self.optim.max_steps
 
 
 class RolloutModule(nn.Module):
@@ -125,9 +144,17 @@ class RolloutModule(nn.Module):
         self.__dict__["lm_head_weight"] = lm_head_weight
         self.depth, self.decay, self.ckpt, self.labels = depth, decay, ckpt, labels
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> RolloutOutput:
+    def forward(self, batch: dict[str, torch.Tensor], accuracy: bool = True) -> RolloutOutput:
         return rollout(self.head, batch, self.lm_head_weight, depth=self.depth, decay=self.decay,
-                       checkpoint_attention=self.ckpt, labels=self.labels)
+                       checkpoint_attention=self.ckpt, labels=self.labels, accuracy=accuracy)
+
+
+def draft_vocab_size(head: HeadConfig, target_vocab: int) -> int:
+    """The head's output vocabulary: ``draft_vocab_size`` capped at the target's; an eagle1 head's is the
+    full vocabulary unless ``eagle1_vocab: draft``."""
+    if head.type == "eagle1" and head.eagle1_vocab == "full":
+        return target_vocab
+    return min(head.draft_vocab_size, target_vocab)
 
 
 def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> Eagle3Head:
@@ -140,19 +167,19 @@ def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> E
     if cfg.head.intermediate_size is not None:
         overrides["intermediate_size"] = cfg.head.intermediate_size
     overrides["target_name_or_path"] = models.hub_name(cfg.model.target)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    size = draft_vocab_size(cfg.head, vocab)
     if cfg.head.type == "eagle1":
-        head = Eagle1Head(Eagle1Head.config_from_target(target.config, **overrides))
+        head = Eagle1Head(Eagle1Head.config_from_target(target.config, draft_vocab_size=size, **overrides))
     else:
-        vocab = target.get_output_embeddings().weight.shape[0]
-        size = min(cfg.head.draft_vocab_size, vocab)
         head = Eagle3Head(Eagle3Config.from_target_config(target.config, draft_vocab_size=size, **overrides))
-        if size < vocab:
-            if token_counts is None:
-                raise ValueError(
-                    f"head.draft_vocab_size={size} is smaller than the target vocabulary ({vocab}): the draft "
-                    f"vocabulary needs token counts, expected in {Path(cfg.output_dir) / VOCAB_FILE} (eaglehead "
-                    "prepare writes them to its output_dir; train with the same output_dir, or copy the file there)")
-            head.set_vocab(*build_draft_vocab(token_counts, size))
+    if size < vocab:
+        if token_counts is None:
+            raise ValueError(
+                f"head.draft_vocab_size={size} is smaller than the target vocabulary ({vocab}): the draft "
+                f"vocabulary needs token counts, expected in {Path(cfg.output_dir) / VOCAB_FILE} (eaglehead "
+                "prepare writes them to its output_dir; train with the same output_dir, or copy the file there)")
+        head.set_vocab(*build_draft_vocab(token_counts, size))
     if cfg.head.lm_head_init == "target":
         init_output_from_target(head, target)
     return head

@@ -170,18 +170,19 @@ def train(cfg: TrainConfig) -> dict:
     bar = tqdm(total=opt.max_steps, initial=start, disable=not main, desc="train", dynamic_ncols=True)
     last: dict = {}
     window = {"loss_sums": torch.zeros(depth), "counts": torch.zeros(depth), "correct": torch.zeros(depth),
-              "loss": 0.0, "tokens": 0, "t0": time.perf_counter(), "steps": 0}
+              "acc_counts": torch.zeros(depth), "loss": 0.0, "tokens": 0, "t0": time.perf_counter(), "steps": 0}
     for step in range(start, opt.max_steps):
         micro = [data[step * ga + j] for j in range(ga)]
         epoch = micro[-1][1]
         counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth) for b, _ in micro)
         norms = accelerator.reduce(counts_local.to(accelerator.device).float(), reduction="sum")
         step_loss = torch.zeros((), device=accelerator.device)
+        accuracy = cfg.measures_accuracy(step + 1)
         for b, _ in micro:
             with accelerator.accumulate(model):
                 batch = online(b) if online is not None else {k: v.to(accelerator.device) for k, v in b.items()}
                 batch["fused"] = batch[feature_key]
-                out = model(batch)
+                out = model(batch, accuracy=accuracy)
                 loss = out.loss(norms)
                 accelerator.backward(loss * scale)
                 if accelerator.sync_gradients:
@@ -191,7 +192,9 @@ def train(cfg: TrainConfig) -> dict:
             step_loss += loss.detach()
             window["loss_sums"] += out.loss_sums.detach().float().cpu()
             window["counts"] += out.counts.cpu()
-            window["correct"] += out.correct.cpu()
+            if accuracy:
+                window["correct"] += out.correct.cpu()
+                window["acc_counts"] += out.counts.cpu()
             window["tokens"] += int(b["attention_mask"].sum())
         scheduler.step()
         window["loss"] += float(accelerator.reduce(step_loss, reduction="sum"))
@@ -212,12 +215,13 @@ def _log(accelerator, window, step, epoch, scheduler, path: Path, bar, cfg: Trai
     sums = accelerator.reduce(window["loss_sums"].to(accelerator.device), reduction="sum").cpu()
     counts = accelerator.reduce(window["counts"].to(accelerator.device), reduction="sum").cpu().clamp_min(1)
     correct = accelerator.reduce(window["correct"].to(accelerator.device), reduction="sum").cpu()
+    acc_counts = accelerator.reduce(window["acc_counts"].to(accelerator.device), reduction="sum").cpu().clamp_min(1)
     tokens = accelerator.reduce(torch.tensor(float(window["tokens"]), device=accelerator.device), reduction="sum")
     elapsed = max(1e-9, time.perf_counter() - window["t0"])
     rec = {"step": step, "epoch": epoch, "loss": window["loss"] / max(1, window["steps"]),
            "lr": scheduler.get_last_lr()[0], "tokens_per_s": float(tokens) / elapsed}
     rec.update({f"loss_{i}": float(v) for i, v in enumerate(sums / counts)})
-    rec.update({f"acc_{i}": float(v) for i, v in enumerate(correct / counts)})
+    rec.update({f"acc_{i}": float(v) for i, v in enumerate(correct / acc_counts)})
     if accelerator.is_main_process:
         with path.open("a") as f:
             f.write(json.dumps(rec) + "\n")

@@ -238,5 +238,6 @@ def test_eagle1_head_shapes():
     assert head.logits(out).shape == (1, 4, VOCAB)
     with pytest.raises(ValueError, match="fused_layer_ids"):
         Eagle1Head(tiny_config(draft_vocab_size=VOCAB))
-    with pytest.raises(ValueError, match="draft_vocab_size"):
-        Eagle1Head(tiny_config(fused_layer_ids=[4]))
+    reduced = Eagle1Head(tiny_config(fused_layer_ids=[4]))  # the fusion-only ablation: a draft vocabulary
+    assert reduced.fc.weight.shape == (32, 32)
+    assert reduced.lm_head.weight.shape[0] == reduced.config.draft_vocab_size < VOCAB

@@ -104,6 +104,26 @@ def test_logged_loss_equals_independent_recomputation(workspace, baseline):
     assert saved == cfg  # the resolved config travels with the checkpoint
 
 
+def test_accuracy_on_every_second_step_changes_nothing_but_what_is_measured(workspace, baseline):
+    """accuracy_every=2 with log_every=2: each window's acc_i is exactly its second step's (the baseline
+    logs every step), its loss the mean of both steps, and the weights are the baseline's."""
+    train(load_config(TrainConfig, write_config(workspace, "acc2", log_every=2, accuracy_every=2)))
+    got, ref = metrics(workspace / "acc2"), metrics(baseline)
+    assert [m["step"] for m in got] == [2, 4]
+    for window, (first, second) in zip(got, (ref[0:2], ref[2:4])):
+        assert window["loss"] == pytest.approx((first["loss"] + second["loss"]) / 2, rel=1e-6)
+        for i in range(3):
+            assert window[f"acc_{i}"] == pytest.approx(second[f"acc_{i}"], abs=1e-7)
+    w1 = load_pretrained(workspace / "acc2" / "head").state_dict()
+    w2 = load_pretrained(baseline / "head").state_dict()
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="accuracy_every=3 must divide log_every=2"):
+        load_config(TrainConfig, write_config(workspace, "bad", log_every=2, accuracy_every=3))
+    with pytest.raises(ValueError, match="accuracy_every: expected a positive"):
+        load_config(TrainConfig, write_config(workspace, "bad", accuracy_every=0))
+
+
 def test_resume_after_kill_reproduces_trajectory(workspace, baseline, monkeypatch):
     path = write_config(workspace, "killed")
     cfg = load_config(TrainConfig, path)
@@ -220,8 +240,8 @@ def test_wandb_logging_offline(workspace, monkeypatch):
     assert any(p.suffix == ".wandb" for p in runs[0].iterdir())
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
-def test_lm_head_starts_from_the_targets_output_rows(workspace, kind):
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1", "eagle1-draft-vocab"])
+def test_lm_head_starts_from_the_targets_output_rows(workspace, kind, tmp_path):
     target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
     vocab = target.get_output_embeddings().weight.shape[0]
     counts = torch.arange(vocab, 0, -1)  # id 0 most frequent
@@ -232,12 +252,21 @@ def test_lm_head_starts_from_the_targets_output_rows(workspace, kind):
     for init in ("target", "random"):
         cfg = load_config(TrainConfig, write_config(workspace, "init"),
                           ["head.init_from=null", f"head.type={kind}", f"head.lm_head_init={init}",
-                           "head.draft_vocab_size=100"] + (["head.fused_layer_ids=null"] if kind == "eagle1" else []))
+                           "head.draft_vocab_size=100"]
+                          + (["head.fused_layer_ids=null", "head.type=eagle1"] if kind.startswith("eagle1") else [])
+                          + (["head.eagle1_vocab=draft"] if kind == "eagle1-draft-vocab" else []))
         torch.manual_seed(0)
         heads[init] = recipe_mod.build_head(cfg, target, counts)
     head = heads["target"]
     rows = target.get_output_embeddings().weight[head.target_ids]
     assert head.lm_head.weight.shape[0] == (vocab if kind == "eagle1" else 100)
+    assert head.head_type == kind[:6]
+    assert (len(head.config.fused_layer_ids) == 1) == kind.startswith("eagle1")
+    if kind == "eagle1-draft-vocab":  # the most frequent 100 ids (counts fall with the id), and it loads back
+        assert torch.equal(head.target_ids, torch.arange(100))
+        save_pretrained(head, tmp_path / "e1")
+        back = load_pretrained(tmp_path / "e1")
+        assert back.head_type == "eagle1" and torch.equal(back.target_ids, head.target_ids)
     assert torch.equal(head.lm_head.weight, rows)
     assert torch.equal(head.norm.weight, target.get_decoder().norm.weight)
     assert not torch.equal(heads["random"].lm_head.weight, rows)

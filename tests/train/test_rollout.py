@@ -143,6 +143,28 @@ def test_target_outputs_match_a_float64_reference_in_any_chunking(target, chunk)
     assert logits.shape == (3, 7, 20) and logits.dtype == torch.float32 and top.shape == (3, 7)
     torch.testing.assert_close(logits.double(), ref[..., head.target_ids], atol=1e-5, rtol=1e-5)
     assert torch.equal(top, ref.argmax(-1))
+    draft_only, none = target_outputs(hidden, w, head, chunk=chunk, want_top=False)  # draft rows of lm_head only
+    assert none is None
+    torch.testing.assert_close(draft_only.double(), ref[..., head.target_ids], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("draft_vocab", [20, V])
+def test_rollout_without_accuracy_has_the_same_loss_and_gradients(target, draft_vocab):
+    head = make_head(target, draft_vocab=draft_vocab)
+    batch = features(target, head, torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(4)))
+    lm_w = target.get_output_embeddings().weight
+    outs, grads = [], []
+    for accuracy in (True, False):
+        head.zero_grad()
+        out = rollout(head, batch, lm_w, depth=3, accuracy=accuracy)
+        out.loss().backward()
+        outs.append(out)
+        grads.append({n: p.grad.clone() for n, p in head.named_parameters()})
+    torch.testing.assert_close(outs[1].loss_sums, outs[0].loss_sums, atol=1e-5, rtol=1e-6)
+    assert torch.equal(outs[1].counts, outs[0].counts)
+    assert outs[1].correct.sum() == 0  # not measured
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-6, rtol=1e-5)
 
 
 def test_gradients_and_checkpointing_agree(target):
