@@ -21,11 +21,26 @@ from .features import cache_features
 from .recipe import TrainConfig, data_config, draft_vocab_size, load_target, save_token_counts
 
 
+def coverage_by_size(train_counts: torch.Tensor, heldout_counts: torch.Tensor,
+                     sizes: tuple[int, ...] = (1024, 2048, 4096, 8192, 12288, 16384, 32768)) -> dict[int, dict]:
+    """Coverage of training and held-out loss tokens by the draft vocabulary of each size (the most
+    frequent training tokens): the held-out figure is what decoding sees, the training one flatters
+    (a size past the count of distinct training tokens covers all of them)."""
+    vocab = train_counts.numel()
+    out = {}
+    for k in sorted({min(k, vocab) for k in sizes}):
+        _, t2d = build_draft_vocab(train_counts, k)
+        out[k] = {"train": coverage(train_counts, t2d),
+                  "heldout": coverage(heldout_counts, t2d) if int(heldout_counts.sum()) else float("nan")}
+    return out
+
+
 def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None = None) -> dict:
     """Returns a summary: sequences, loss tokens, draft-vocabulary coverage, feature cache path."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     target, tok = load_target(cfg.model, dev)
-    ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
+    splits = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)
+    ds = splits["train"]
     vocab = target.get_output_embeddings().weight.shape[0]
     counts = count_tokens(ds, vocab)
     out_dir = Path(cfg.output_dir)
@@ -38,6 +53,11 @@ def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None =
                "target_vocab_size": vocab, "coverage": cov}
     print(f"{len(ds)} sequences, {int(counts.sum())} loss tokens; draft vocabulary {size}/{vocab} covers "
           f"{100 * cov:.2f}% of them -> {out_dir / 'draft_vocab.safetensors'}")
+    test = splits.get("test")
+    if test is not None and len(test):
+        summary["coverage_by_size"] = coverage_by_size(counts, count_tokens(test, vocab))
+        print("draft vocabulary size -> coverage of training / held-out loss tokens: " + ", ".join(
+            f"{k}: {100 * c['train']:.1f}% / {100 * c['heldout']:.1f}%" for k, c in summary["coverage_by_size"].items()))
     cache_dir = cache_dir or cfg.features.dir
     if cache_dir:
         ids = cfg.head.fused_layer_ids

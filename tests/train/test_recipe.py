@@ -171,6 +171,19 @@ def test_crash_mid_checkpoint_keeps_last_good_one(workspace, baseline, monkeypat
     assert not (workspace / "crash" / "checkpoints" / "step_4").exists()
 
 
+def test_coverage_by_size_is_measured_on_held_out_tokens():
+    from eaglehead.train.prepare import coverage_by_size
+
+    train_counts = torch.tensor([5, 3, 2, 0, 0, 0])  # ids 0..2 seen in training
+    heldout = torch.tensor([1, 0, 1, 2, 0, 0])  # id 3 never seen in training
+    table = coverage_by_size(train_counts, heldout, sizes=(1, 2, 3, 100))
+    assert list(table) == [1, 2, 3, 6]  # capped at the vocabulary
+    assert table[1] == {"train": 0.5, "heldout": 0.25}
+    assert table[2] == {"train": 0.8, "heldout": 0.25}
+    assert table[3] == {"train": 1.0, "heldout": 0.5}  # all training tokens, half the held-out ones
+    assert table[6]["heldout"] == 1.0
+
+
 def test_offline_features_give_the_online_loss(workspace, baseline):
     path = write_config(workspace, "offline", **{"features.dir": str(workspace / "cache"), "features.dtype": "float32",
                                                   "optim.max_steps": 2})
