@@ -8,7 +8,7 @@ STAMP := $(VENV)/.eaglehead-installed
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test demo clean
+.PHONY: install test demo demo-smollm2 clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ test: install
 
 demo: install
 	$(VENV)/bin/eaglehead demo
+
+# SmolLM2-135M-Instruct with its shipped heads on MT-bench and HumanEval (out: runs/demo-smollm2).
+demo-smollm2: install
+	$(VENV)/bin/eaglehead demo --target smollm2-135m-instruct
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -6,7 +6,7 @@
     eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
     eaglehead export CKPT --format eagle3|speculators --out DIR
     eaglehead eval --target PATH --draft PATH --prompts SET [...]
-    eaglehead demo [--out DIR] [--head-steps N]
+    eaglehead demo [--out DIR] [--head-steps N] [--target demo | smollm2-135m-instruct [--retrain]]
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ def cmd_export(args) -> int:
     if out_dir.exists() and any(out_dir.iterdir()) and not args.overwrite:
         raise ValueError(f"--out {out_dir} is not empty: pass --overwrite to replace its checkpoint files")
     head = load_head(src)
+    if args.target_name:  # e.g. the hub id of a target trained from a local path or a .gguf file
+        head.config.target_name_or_path = args.target_name
     dtype = resolve_dtype(args.dtype) if args.dtype else None
     if args.format == "eagle3":
         out = export_eagle3(head, args.out, overwrite=args.overwrite, dtype=dtype)
@@ -142,9 +144,22 @@ def cmd_eval(args) -> int:
     return 0
 
 
+SMOLLM2_ONLY = {"retrain": "--retrain", "model": "--model", "assets": "--assets", "mt_bench": "--mt-bench",
+                "humaneval": "--humaneval"}
+
+
 def cmd_demo(args) -> int:
+    if args.target == "smollm2-135m-instruct":
+        from eaglehead.demo_smollm2 import run_smollm2_demo
+
+        return run_smollm2_demo(args)
+    given = [opt for name, opt in SMOLLM2_ONLY.items() if getattr(args, name)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for --target smollm2-135m-instruct (the demo target's heads are "
+                         "retrained whenever their inputs change)")
     from eaglehead.demo import run_demo
 
+    args.out = args.out or "runs/demo"
     return run_demo(args)
 
 
@@ -192,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default=None, help="cast weights: float32 | bfloat16 | float16")
     e.add_argument("--speculative-tokens", type=int, default=3, help="speculators: draft tokens per round")
     e.add_argument("--overwrite", action="store_true", help="replace the files of an existing export")
+    e.add_argument("--target-name", default=None,
+                   help="name the target as the serving engine will load it (a hub id); default: the name "
+                        "the head was trained with, built-in targets by their hub id")
     e.set_defaults(func=cmd_export)
 
     ev = sub.add_parser("eval", help="acceptance and time per token on held-out prompts, side by side")
@@ -199,11 +217,23 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_eval)
 
     d = sub.add_parser("demo", help="run the built-in end-to-end demo on this machine")
-    d.add_argument("--out", default="runs/demo", help="output directory (reused as a cache on the next run)")
+    d.add_argument("--target", choices=["demo", "smollm2-135m-instruct"], default="demo",
+                   help="demo: the built-in stdlib target, heads trained here; smollm2-135m-instruct: SmolLM2 with "
+                        "its shipped heads on MT-bench and HumanEval")
+    d.add_argument("--retrain", action="store_true",
+                   help="smollm2-135m-instruct: rebuild its heads and draft LM from the shipped chat data (hours "
+                        "on 2 cores)")
+    d.add_argument("--out", default=None, help="output directory, reused as a cache on the next run (default: "
+                   "runs/demo, or runs/demo-smollm2 for --target smollm2-135m-instruct)")
     d.add_argument("--size", choices=["full", "tiny"], default="full", help="tiny: toy sizes, seconds (CI)")
     d.add_argument("--head-steps", type=int, default=None,
                    help="training steps for each head (default: configs/demo.yaml's optim.max_steps, sized for a "
-                        "cold run under 20 minutes on 2 cores; BENCHMARKS.md gives the cost of a step)")
+                        "cold run under 20 minutes on 2 cores; BENCHMARKS.md gives the cost of a step); with "
+                        "--target smollm2-135m-instruct --retrain: both SmolLM2 heads' optim.max_steps")
+    # Stand-ins for the smollm2-135m-instruct demo's inputs (tests): a target, an assets root holding the
+    # smollm2_* directories, an MT-bench question.jsonl and a HumanEval-like prompt file.
+    for opt in ("--model", "--assets", "--mt-bench", "--humaneval"):
+        d.add_argument(opt, default=None, help=argparse.SUPPRESS)
     d.set_defaults(func=cmd_demo)
     return parser
 

@@ -54,9 +54,11 @@ def state_label(key: tuple) -> str:
 
 def headline_runs(runs: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """``{(prompt_set, temperature, batch_size): [run per method]}``: the test split's category ``all``
-    (all runs when neither exists), each method at its fastest gamma, in the order methods first appear."""
+    over all turns (all runs when neither exists), each method at its fastest gamma, in the order
+    methods first appear."""
     pool = [r for r in runs if r.get("split") == "test"] or list(runs)
     pool = [r for r in pool if r.get("category") == "all"] or pool
+    pool = [r for r in pool if r.get("turn", "all") == "all"] or pool  # per-turn records are parts of it
     states: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in pool:
         key = (r.get("prompt_set"), r.get("temperature"), r.get("batch_size"))

@@ -171,6 +171,21 @@ def test_speedup_is_against_the_fastest_baseline_with_paired_spread():
     assert "fastest baseline, hf-generate" in table and "2.00 (1.67-2.40)" in table
 
 
+def test_headline_uses_the_all_turns_records_of_a_two_turn_set():
+    from eaglehead.eval.figures import headline_runs
+
+    def rec(method, turn, t):
+        return {"method": method, "turn": turn, "time_per_token_s": t, "split": "test", "category": "all",
+                "prompt_set": "mt-bench", "temperature": 0.0, "batch_size": 1}
+
+    runs = [rec("vanilla", "all", 0.010), rec("vanilla", 1, 0.008), rec("hf-generate", "all", 0.011),
+            rec("hf-generate", 1, 0.007)]  # a faster turn-1 part must not stand for the whole run
+    (state, chosen), = headline_runs(runs).items()
+    assert state == ("mt-bench", 0.0, 1)
+    assert [(r["method"], r["turn"], r["time_per_token_s"]) for r in chosen] == [("vanilla", "all", 0.010),
+                                                                                ("hf-generate", "all", 0.011)]
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("baseline_method", "vanilla", "is not the fastest baseline"),
     ("speedup", 3.0, "speedup 3.0 != hf-generate time/token"),

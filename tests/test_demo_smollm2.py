@@ -1,0 +1,207 @@
+"""``eaglehead demo --target smollm2-135m-instruct`` at toy sizes with stand-ins for SmolLM2, its shipped
+artifacts, MT-bench and HumanEval: the report and its tables, the asset checks (a damaged file, a missing
+head), the --retrain commands, and the command line."""
+
+import json
+import lzma
+import shutil
+
+import pytest
+import torch
+
+from eaglehead.builtin.mtbench import CATEGORIES
+from eaglehead.builtin.shipped import file_sha256
+from eaglehead.cli import build_parser, main
+from eaglehead.draftheads.checkpoint import save_pretrained
+from eaglehead.draftheads.config import Eagle3Config
+from eaglehead.draftheads.eagle1 import Eagle1Head
+from eaglehead.draftheads.eagle3 import Eagle3Head
+from tests.tiny_models import save_tiny_target
+
+WORDS = ["sea", "wind", "code", "loop", "fox", "dog", "list", "stack"]
+
+
+def _recipe(path, commands=("built by the test",)):
+    names = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != "recipe.json")
+    (path / "recipe.json").write_text(json.dumps({"files": {n: file_sha256(path / n) for n in names},
+                                                  "commands": list(commands)}))
+
+
+def _write_assets(root, target, tok):
+    torch.manual_seed(1)
+    save_pretrained(Eagle3Head(Eagle3Config.from_target_config(target.config, draft_vocab_size=len(tok))),
+                    root / "smollm2_eagle3")
+    save_pretrained(Eagle1Head(Eagle1Head.config_from_target(target.config)), root / "smollm2_eagle1")
+    save_tiny_target(root / "smollm2_draft_lm", seed=3, layers=1)
+    (root / "smollm2_data").mkdir()
+    chat = [{"messages": [{"role": "user", "content": "add two numbers"},
+                          {"role": "assistant", "content": "def add(a, b):\n    return a + b\n"}]}] * 4
+    with lzma.open(root / "smollm2_data" / "conversations.jsonl.xz", "wt") as fh:
+        fh.write("".join(json.dumps(c) + "\n" for c in chat))
+    for name in ("smollm2_eagle3", "smollm2_eagle1", "smollm2_draft_lm", "smollm2_data"):
+        _recipe(root / name)
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory):
+    root = tmp_path_factory.mktemp("smollm2")
+    target, tok = save_tiny_target(root / "target")
+    _write_assets(root / "assets", target, tok)
+    # MT-bench-like: every category, two questions of two turns each (1 tune + 1 test per category).
+    questions = [{"question_id": 81 + 2 * i + k, "category": c,
+                  "turns": [f"write about the {WORDS[i]} {k}", f"now shorter, the {WORDS[(i + k) % 8]}"]}
+                 for i, c in enumerate(CATEGORIES) for k in range(2)]
+    (root / "question.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    code = [{"id": f"HumanEval/{i}", "category": "code", "prompt": f"def f{i}(a, b):\n    return a"} for i in range(8)]
+    (root / "humaneval.jsonl").write_text("".join(json.dumps(c) + "\n" for c in code))
+    return root
+
+
+def _argv(root, out, assets=None):
+    return ["demo", "--target", "smollm2-135m-instruct", "--size", "tiny", "--out", str(out),
+            "--model", str(root / "target"), "--assets", str(assets or root / "assets"),
+            "--mt-bench", str(root / "question.jsonl"), "--humaneval", str(root / "humaneval.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def demo_run(stand_ins, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo_smollm2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))  # the turn-1 answers' cache
+        assert main(_argv(stand_ins, out)) == 0
+    return out
+
+
+def test_report_goals_and_category_turn_table(demo_run):
+    summary = json.loads((demo_run / "report.json").read_text())
+    assert set(summary["reports"]) == {"mt-bench", "mt-bench-t0.7", "humaneval"}
+    for name, rel in summary["reports"].items():
+        rep = json.loads((demo_run / rel).read_text())
+        assert rep["consistency_violations"] == [] and (demo_run / f"eval_{name}" / "report.html").is_file()
+    head = json.loads((demo_run / "eval_mt-bench" / "report.json").read_text())
+    assert {r["method"] for r in head["runs"]} == {"vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm",
+                                                   "prompt-lookup", "hf-assisted"}
+    assert summary["identity"] == {"mt-bench": True, "mt-bench-t0.7": True, "humaneval": True}
+    goals = [g for g, _, _ in summary["goals"]]
+    assert goals[0] == "EAGLE-3 tau >= 3.2"
+    assert goals[1].startswith("EAGLE-3 time per token >= 1.6x better than the fastest non-speculative baseline")
+    assert goals[2] == "stretch: >= 2.0x" and "chain ceiling" in goals[3]
+    assert goals[4] == "EAGLE-3 faster than every peer (draft-lm, prompt-lookup, hf-assisted)"
+    assert goals[5].startswith("EAGLE-3 tau >= 1.1x the EAGLE-1") and summary["goals"][5][1] in (True, False)
+    ceiling = summary["chain_ceiling"]
+    assert ceiling["ceiling"] > 0 and ceiling["reached"] == pytest.approx(ceiling["achieved"] / ceiling["ceiling"])
+    table = summary["eagle3_tau_by_category_and_turn"]
+    assert list(table) == [*CATEGORIES, "all"]
+    assert all(set(row) == {"1", "2", "all"} and all(v >= 1.0 for v in row.values()) for row in table.values())
+    text = (demo_run / "report.md").read_text()
+    for line in ("| goal | met | measured |", "| category | turn 1 | turn 2 | all |", "| writing |"):
+        assert line in text
+    # Every MT-bench category once in the test split, both turns; the tune question is the stem one.
+    assert len(summary["evaluated"]["mt-bench"]["test"]) == 8 and summary["evaluated"]["mt-bench"]["turns"] == 2
+    assert summary["evaluated"]["mt-bench-t0.7"]["test"] == summary["evaluated"]["mt-bench"]["test"][:1]
+    check = summary["first_token_check"]
+    assert check["rows"] == 60 and check["temperature"] == 0.7 and check["passed"] is True
+    assert {"eval_mt-bench", "eval_mt-bench-t0.7", "eval_humaneval", "verify_assets", "conversion",
+            "first_token_check"} <= set(summary["timings_s"])
+
+
+def test_a_damaged_asset_is_refused_naming_the_file(stand_ins, tmp_path, capsys):
+    assets = tmp_path / "assets"
+    shutil.copytree(stand_ins / "assets", assets)
+    weights = assets / "smollm2_eagle3" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    assert main(_argv(stand_ins, tmp_path / "out", assets)) == 2
+    err = capsys.readouterr().err
+    assert str(weights) in err and "sha256" in err
+    assert not list((tmp_path / "out").glob("eval_*"))
+
+
+def test_a_missing_head_stops_before_any_work_with_the_retrain_command(stand_ins, tmp_path, capsys, monkeypatch):
+    import eaglehead.builtin.models as models
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the target was resolved before the missing head was reported")
+
+    monkeypatch.setattr(models, "resolve_target", no_conversion)
+    assets = tmp_path / "assets"
+    shutil.copytree(stand_ins / "assets", assets)
+    shutil.rmtree(assets / "smollm2_eagle3")
+    assert main(_argv(stand_ins, tmp_path / "out", assets)) == 2
+    err = capsys.readouterr().err
+    assert str(assets / "smollm2_eagle3") in err
+    assert "eaglehead demo --target smollm2-135m-instruct --retrain" in err
+    assert not list((tmp_path / "out").glob("eval_*"))
+
+
+def test_eagle1_is_optional(stand_ins, tmp_path, capsys, demo_run):
+    from eaglehead.demo_smollm2 import goals, locate_assets
+
+    assets = tmp_path / "assets"
+    shutil.copytree(stand_ins / "assets", assets)
+    shutil.rmtree(assets / "smollm2_eagle1")
+    found = locate_assets(assets, tmp_path / "out")
+    assert set(found) == {"eagle3", "draft-lm"} and "no EAGLE-1 ablation" in capsys.readouterr().out
+    report = json.loads((demo_run / "eval_mt-bench" / "report.json").read_text())
+    report["runs"] = [r for r in report["runs"] if r["method"] != "eagle1"]
+    assert goals(report)[-1][1:] == (None, "no EAGLE-1 head: not evaluated")
+
+
+def test_retrain_runs_the_recipe_commands_and_packages_the_heads(stand_ins, tmp_path):
+    from eaglehead.demo_smollm2 import CONFIG, DRAFT_LM_CONFIG, _base_sizes, retrain, verify_asset
+    from eaglehead.draft_lm import DraftLMConfig
+    from eaglehead.train.config import load_config
+    from eaglehead.train.recipe import VOCAB_FILE, TrainConfig
+
+    ran = []
+
+    def fake_run(cmd, log):  # stands in for the subprocesses: prepare counts, the trainings write their models
+        ran.append(cmd)
+        if cmd[:3] == ["python", "-m", "eaglehead.draft_lm"]:
+            assert load_config(DraftLMConfig, DRAFT_LM_CONFIG, cmd[5:]).steps == 2  # valid overrides
+            shutil.copytree(stand_ins / "assets" / "smollm2_draft_lm", cmd[-1].split("=", 1)[1], dirs_exist_ok=True)
+            return
+        out_dir = tmp_path / "retrain" / next(a for a in cmd if a.startswith("output_dir=")).split("/")[-1]
+        if cmd[:2] == ["eaglehead", "prepare"]:
+            out_dir.mkdir(parents=True)
+            (out_dir / VOCAB_FILE).write_bytes(b"token counts")
+        else:
+            assert (out_dir / VOCAB_FILE).is_file()  # both heads share the draft vocabulary
+            shutil.copytree(stand_ins / "assets" / f"smollm2_{out_dir.name}", out_dir / "head")
+
+    extra = _base_sizes("tiny")["retrain"]
+    retrain(tmp_path, stand_ins / "assets", "builtin:smollm2-135m-instruct", extra, run=fake_run)
+    assert [c[:2] for c in ran] == [["eaglehead", "prepare"], ["accelerate", "launch"], ["accelerate", "launch"],
+                                    ["python", "-m"]]
+    data = tmp_path / "data" / "conversations.jsonl"
+    assert f"data.sources={json.dumps([str(data)])}" in ran[0] and data.read_text().count("\n") == 4
+    for cmd, kind in zip(ran[1:], ("eagle3", "eagle1")):
+        cfg = load_config(TrainConfig, CONFIG, cmd[cmd.index(str(CONFIG)) + 1:])  # the commands are valid configs
+        assert cfg.head.type == kind and cfg.optim.max_steps == 2 and cfg.head.draft_vocab_size == 128
+        assert cfg.features.dir == str(tmp_path / "retrain" / "features")
+        recipe = verify_asset(tmp_path / "assets" / f"smollm2_{kind}")
+        assert "config.json" in recipe["files"] and recipe["commands"][1].startswith("accelerate launch --config_file")
+    assert "head.eagle1_vocab=draft" in ran[2] and f"data={data}" in ran[3]
+    verify_asset(tmp_path / "assets" / "smollm2_draft_lm")
+    retrain(tmp_path, stand_ins / "assets", "builtin:smollm2-135m-instruct", extra, run=fake_run)
+    assert [c[:2] for c in ran[4:]] == [["python", "-m"]]  # heads unchanged: kept; the draft LM checks itself
+
+    def trainer(data_file, out_dir, target):
+        shutil.copytree(stand_ins / "assets" / "smollm2_draft_lm", out_dir, dirs_exist_ok=True)
+        return [f"train-draft-lm {data_file} {out_dir}"]
+
+    retrain(tmp_path, stand_ins / "assets", "builtin:smollm2-135m-instruct", extra, run=fake_run,
+            draft_lm_trainer=trainer)
+    assert verify_asset(tmp_path / "assets" / "smollm2_draft_lm")["commands"][0].startswith("train-draft-lm")
+
+
+def test_demo_target_option(capsys):
+    parser = build_parser()
+    args = parser.parse_args(["demo", "--target", "smollm2-135m-instruct", "--retrain"])
+    assert (args.target, args.retrain, args.out) == ("smollm2-135m-instruct", True, None)
+    args = parser.parse_args(["demo"])
+    assert (args.target, args.retrain) == ("demo", False)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--target", "llama"])
+    assert "invalid choice" in capsys.readouterr().err
+    assert main(["demo", "--retrain"]) == 2
+    assert "--retrain: only for --target smollm2-135m-instruct" in capsys.readouterr().err
