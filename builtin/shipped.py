@@ -58,10 +58,33 @@ def _problems(directory: Path, recipe: dict) -> list[str]:
     for name, digest in recipe.get("files", {}).items():
         path = directory / name
         if not path.is_file():
-            problems.append(f"{name} is missing")
+            problems.append(f"{path} is missing")
         elif file_sha256(path) != digest:
-            problems.append(f"{name} does not match its sha256 in recipe.json (corrupted)")
+            problems.append(f"{path} does not match its sha256 in recipe.json (damaged or replaced)")
     return problems
+
+
+class MissingArtifactError(ValueError):
+    """A shipped artifact directory is absent (no ``recipe.json``)."""
+
+
+def verify_artifact(directory: Path, rebuild: str) -> dict:
+    """``directory``'s recipe.json after checking every file it lists against its sha256; errors name the
+    file and give ``rebuild``, the command that builds the artifact again."""
+    recipe_file = directory / "recipe.json"
+    if not recipe_file.is_file():
+        raise MissingArtifactError(f"{directory} is not shipped (no recipe.json); build it with: {rebuild}")
+    try:
+        recipe = json.loads(recipe_file.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{recipe_file}: not valid JSON ({err.msg}); rebuild it with: {rebuild}") from None
+    if not isinstance(recipe, dict) or not isinstance(recipe.get("files"), dict) or not recipe["files"]:
+        raise ValueError(f"{recipe_file}: expected a 'files' table mapping file names to sha256 hashes")
+    problems = _problems(directory, recipe)
+    if problems:
+        raise ValueError(f"{'; '.join(problems)} (listed in {recipe_file}); restore the shipped "
+                         f"files or rebuild them with: {rebuild}")
+    return recipe
 
 
 def demo_target_dir(cache_dir: str | os.PathLike | None = None,

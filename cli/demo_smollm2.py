@@ -35,6 +35,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Callable
 
+from eaglehead.builtin.shipped import MissingArtifactError, verify_artifact
 from eaglehead.demo import CONFIGS, _key, _pick, _say, _stamp, _stamped, first_token_check, stage_timer
 
 TARGET = "builtin:smollm2-135m-instruct"
@@ -107,37 +108,14 @@ def _base_sizes(size: str) -> dict:
 
 # ---------------------------------------------------------------------------------------- assets
 
-class MissingAssetError(ValueError):
-    """A shipped artifact directory is absent (no ``recipe.json``)."""
-
-
 def assets_root() -> Path:
     """The package's shipped artifact directories (a real directory: the package is installed unzipped)."""
     return Path(str(files("eaglehead.builtin") / "assets"))
 
 
 def verify_asset(path: Path, rebuild: str = RETRAIN) -> dict:
-    """``path``'s recipe.json after checking every file it lists against its sha256; errors name the file
-    and say what to do."""
-    from eaglehead.builtin.shipped import file_sha256
-
-    recipe_file = path / "recipe.json"
-    if not recipe_file.is_file():
-        raise MissingAssetError(f"{path} is not shipped (no recipe.json); build it with: {rebuild}")
-    try:
-        recipe = json.loads(recipe_file.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{recipe_file}: not valid JSON ({err.msg}); rebuild it with: {rebuild}") from None
-    listed = recipe.get("files") if isinstance(recipe, dict) else None
-    if not isinstance(listed, dict) or not listed:
-        raise ValueError(f"{recipe_file}: expected a 'files' table mapping file names to sha256 hashes")
-    for name, digest in listed.items():
-        if not (path / name).is_file():
-            raise ValueError(f"{path / name}: listed in {recipe_file} but missing; rebuild it with: {rebuild}")
-        if file_sha256(path / name) != digest:
-            raise ValueError(f"{path / name}: its sha256 does not match {recipe_file} (damaged or replaced); "
-                             f"restore the shipped file or rebuild it with: {rebuild}")
-    return recipe
+    """``path``'s recipe.json after checking its files' sha256 (:func:`eaglehead.builtin.shipped.verify_artifact`)."""
+    return verify_artifact(path, rebuild)
 
 
 def locate_assets(root: Path, out: Path, prefer_built: bool = False) -> dict[str, Path]:
@@ -153,7 +131,7 @@ def locate_assets(root: Path, out: Path, prefer_built: bool = False) -> dict[str
             _say(f"eagle1: no EAGLE-1 ablation in {shipped}: evaluating without it (build it with: {RETRAIN})")
             continue
         if path is None:
-            raise MissingAssetError(f"{shipped} is not shipped (no recipe.json), and no earlier --retrain built "
+            raise MissingArtifactError(f"{shipped} is not shipped (no recipe.json), and no earlier --retrain built "
                                     f"{built}; build it (hours on 2 cores) with: {RETRAIN}")
         verify_asset(path)
         if path == built:
