@@ -22,7 +22,10 @@ Exit code 0 when every check passes, 1 when one fails, 2 when CUDA is not availa
    Bernstein bound at family-wise false-alarm rate 1e-4 (union over the vocabulary).
 4. Timing, bf16 mid-size target, greedy, batch 1 and 4: vanilla, HF generate, prompt lookup and a
    draft LM (the target's first 2 layers with its embeddings, norm and head), interleaved repeats
-   after warm-up, medians (``bench_decode.interleaved_timings``). Printed last, as a table.
+   after warm-up, medians (``bench_decode.interleaved_timings``). Printed as a table.
+5. A trained head on a real target: the shipped SmolLM2-135M-Instruct EAGLE-3 head (or ``--head``) on
+   MT-bench, both turns, float32, greedy, batch 1 and 4, against vanilla and HF generate through
+   ``eaglehead eval`` (report in ``--out``); skipped, with a message, when there is no head.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -188,6 +192,41 @@ def time_methods(model, draft, new_tokens: int, repeats: int, gamma: int = 4) ->
     return rows
 
 
+SMOLLM2_TARGET = "builtin:smollm2-135m-instruct"
+
+
+def shipped_smollm2_head() -> str | None:
+    """The shipped SmolLM2-135M-Instruct EAGLE-3 head's directory, if this installation has one."""
+    from importlib.resources import files
+
+    path = Path(str(files("eaglehead.builtin") / "assets" / "smollm2_eagle3"))
+    return str(path) if (path / "recipe.json").is_file() else None
+
+
+def check_real_head(head: str, out: str, device: str, *, target: str = SMOLLM2_TARGET, prompts: str = "mt-bench",
+                    new_tokens: int = 256, repeats: int = 3, gammas: tuple[int, ...] = (3, 4, 5, 6),
+                    max_prompts: int | None = None) -> bool:
+    """5. A trained head on its real target (default: the shipped SmolLM2 head on MT-bench, both turns),
+    float32, greedy, batch 1 and 4: vanilla, hf-generate and EAGLE-3 side by side through the evaluation
+    (gamma chosen on the tune split), the report in ``out``. Passes when every greedy output equals
+    vanilla's and the report is consistent."""
+    from eaglehead.eval.plan import EvalPlan
+    from eaglehead.eval.report import compact_table
+    from eaglehead.eval.runner import run_eval
+
+    plan = EvalPlan(target=target, prompts=prompts, drafts={"eagle3": head},
+                    methods=["vanilla", "hf-generate", "eagle3"], gamma_mode="auto", gammas=gammas,
+                    batch_sizes=(1, 4), max_new_tokens=new_tokens, repeats=repeats, max_prompts=max_prompts,
+                    out=out, overwrite=True, device=device, dtype="float32")
+    report = run_eval(plan)
+    identical, violations = report["identity"]["all_identical"], report["consistency_violations"]
+    print(f"\n[real head] {head} on {target}, {prompts} (float32, greedy; report: {out})")
+    print(compact_table(report))
+    print(f"[real head] greedy outputs identical to vanilla: {identical}; report consistency violations: "
+          f"{len(violations)}")
+    return bool(identical) and not violations
+
+
 def run_checks(args: argparse.Namespace, device: str = "cuda") -> bool:
     """All four checks on ``device``; prints as it goes, the timing table last. True if all pass."""
     t0 = time.perf_counter()
@@ -209,6 +248,11 @@ def run_checks(args: argparse.Namespace, device: str = "cuda") -> bool:
     print(f"{'batch':>5}  {'method':<14}{'ms/token':>10}{'speedup':>9}{'tau':>7}")
     for bsz, name, ms, speed, tau in rows:
         print(f"{bsz:>5}  {name:<14}{ms:>10.3f}{speed:>9.2f}{('-' if tau is None else f'{tau:.2f}'):>7}")
+    head = args.head or shipped_smollm2_head()
+    if head:
+        ok &= check_real_head(head, args.out, device, new_tokens=args.real_new_tokens, repeats=args.repeats)
+    else:
+        print("\n[real head] skipped: no --head given and no shipped SmolLM2 head in this installation")
     print(f"\nall checks passed: {bool(ok)} ({time.perf_counter() - t0:.0f} s)")
     return bool(ok)
 
@@ -220,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--head", default=None, help="an EAGLE-3 head for SmolLM2-135M-Instruct (default: the shipped one)")
+    p.add_argument("--real-new-tokens", type=int, default=256, help="token budget per MT-bench turn for check 5")
+    p.add_argument("--out", default="runs/gpu_check/smollm2", help="report directory of check 5")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: CUDA is not available on this machine; run it on a CUDA GPU "
