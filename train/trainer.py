@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -112,8 +114,45 @@ def _data(cfg: TrainConfig, accelerator, target, tok):
     return ds, lambda rows: collate_tokens(rows, pad), counts
 
 
+@dataclass
+class _Run:
+    """What one training run holds between steps."""
+
+    accelerator: Any
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    data: MicroBatches
+    online: OnlineFeatures | None  # None: features come from the cache
+    feature_key: str  # the batch key the head reads as its fused features
+    store: CheckpointStore
+    start: int  # first step to run (> 0 when resumed)
+
+
 def train(cfg: TrainConfig) -> dict:
     """Run the recipe; returns a summary (final step, last logged metrics, output paths)."""
+    run = _setup(cfg)
+    accelerator, opt, depth = run.accelerator, cfg.optim, cfg.rollout.depth
+    metrics_path = Path(cfg.output_dir) / "metrics.jsonl"
+    bar = tqdm(total=opt.max_steps, initial=run.start, disable=not accelerator.is_main_process, desc="train",
+               dynamic_ncols=True)
+    last: dict = {}
+    window = _new_window(depth)
+    for step in range(run.start, opt.max_steps):
+        epoch = _step(cfg, run, step, window)
+        bar.update(1)
+        done = step + 1
+        if done % cfg.log_every == 0 or done == opt.max_steps:
+            last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
+            window = _new_window(depth)
+        if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
+            run.store.save(accelerator, done, {"step": done, "epoch": epoch}, cfg)
+    bar.close()
+    return _finish(accelerator, run.model, cfg, Path(cfg.output_dir), last)
+
+
+def _setup(cfg: TrainConfig) -> _Run:
+    """Accelerator, target, data, head, optimizer and schedule, resumed from a checkpoint when one applies."""
     from accelerate.utils import set_seed
 
     accelerator = _make_accelerator(cfg)
@@ -132,11 +171,9 @@ def train(cfg: TrainConfig) -> dict:
         print(describe_vocab(head, counts))
     layer_ids = list(head.config.fused_layer_ids)
     if isinstance(dataset, FeatureDataset):
-        feature_key = dataset.source_of(layer_ids)
-        online = None
+        feature_key, online = dataset.source_of(layer_ids), None
     else:
         feature_key, online = "fused", OnlineFeatures(target, layer_ids)
-
     model = RolloutModule(head, target.get_output_embeddings().weight, cfg.rollout.depth, cfg.rollout.decay,
                           cfg.rollout.checkpoint_attention, cfg.rollout.labels)
     opt = cfg.optim
@@ -159,56 +196,50 @@ def train(cfg: TrainConfig) -> dict:
         from .config import dump_config
 
         accelerator.init_trackers(cfg.wandb_project, config=dump_config(cfg))
-
     data = MicroBatches(dataset, collate, opt.micro_batch_size, accelerator.num_processes,
                         accelerator.process_index, cfg.seed)
-    depth, ga = cfg.rollout.depth, opt.grad_accum
+    return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start)
+
+
+def _new_window(depth: int) -> dict:
+    """Sums over the steps since the last log line."""
+    return {"loss_sums": torch.zeros(depth), "counts": torch.zeros(depth), "correct": torch.zeros(depth),
+            "acc_counts": torch.zeros(depth), "loss": 0.0, "tokens": 0, "t0": time.perf_counter(), "steps": 0}
+
+
+def _step(cfg: TrainConfig, run: _Run, step: int, window: dict) -> int:
+    """One optimizer step (``grad_accum`` micro-batches); adds its sums to ``window``; returns the epoch."""
+    accelerator, model, opt, depth = run.accelerator, run.model, cfg.optim, cfg.rollout.depth
+    micro = [run.data[step * opt.grad_accum + j] for j in range(opt.grad_accum)]
+    counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth) for b, _ in micro)
+    norms = accelerator.reduce(counts_local.to(accelerator.device).float(), reduction="sum")
     # accelerator.backward divides by grad_accum and DDP/DeepSpeed average over processes; the loss is
     # already normalised by global token counts, so scale those two factors back out.
-    scale = accelerator.num_processes * ga
-    metrics_path = out_dir / "metrics.jsonl"
-    bar = tqdm(total=opt.max_steps, initial=start, disable=not main, desc="train", dynamic_ncols=True)
-    last: dict = {}
-    window = {"loss_sums": torch.zeros(depth), "counts": torch.zeros(depth), "correct": torch.zeros(depth),
-              "acc_counts": torch.zeros(depth), "loss": 0.0, "tokens": 0, "t0": time.perf_counter(), "steps": 0}
-    for step in range(start, opt.max_steps):
-        micro = [data[step * ga + j] for j in range(ga)]
-        epoch = micro[-1][1]
-        counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth) for b, _ in micro)
-        norms = accelerator.reduce(counts_local.to(accelerator.device).float(), reduction="sum")
-        step_loss = torch.zeros((), device=accelerator.device)
-        accuracy = cfg.measures_accuracy(step + 1)
-        for b, _ in micro:
-            with accelerator.accumulate(model):
-                batch = online(b) if online is not None else {k: v.to(accelerator.device) for k, v in b.items()}
-                batch["fused"] = batch[feature_key]
-                out = model(batch, accuracy=accuracy)
-                loss = out.loss(norms)
-                accelerator.backward(loss * scale)
-                if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), opt.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad()
-            step_loss += loss.detach()
-            window["loss_sums"] += out.loss_sums.detach().float().cpu()
-            window["counts"] += out.counts.cpu()
-            if accuracy:
-                window["correct"] += out.correct.cpu()
-                window["acc_counts"] += out.counts.cpu()
-            window["tokens"] += int(b["attention_mask"].sum())
-        scheduler.step()
-        window["loss"] += float(accelerator.reduce(step_loss, reduction="sum"))
-        window["steps"] += 1
-        bar.update(1)
-        done = step + 1
-        if done % cfg.log_every == 0 or done == opt.max_steps:
-            last = _log(accelerator, window, done, epoch, scheduler, metrics_path, bar, cfg)
-            window = {k: (torch.zeros(depth) if isinstance(v, torch.Tensor) else 0) for k, v in window.items()}
-            window["t0"] = time.perf_counter()
-        if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
-            store.save(accelerator, done, {"step": done, "epoch": epoch}, cfg)
-    bar.close()
-    return _finish(accelerator, model, cfg, out_dir, last)
+    scale = accelerator.num_processes * opt.grad_accum
+    step_loss = torch.zeros((), device=accelerator.device)
+    accuracy = cfg.measures_accuracy(step + 1)
+    for b, _ in micro:
+        with accelerator.accumulate(model):
+            batch = run.online(b) if run.online is not None else {k: v.to(accelerator.device) for k, v in b.items()}
+            batch["fused"] = batch[run.feature_key]
+            out = model(batch, accuracy=accuracy)
+            loss = out.loss(norms)
+            accelerator.backward(loss * scale)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), opt.max_grad_norm)
+            run.optimizer.step()
+            run.optimizer.zero_grad()
+        step_loss += loss.detach()
+        window["loss_sums"] += out.loss_sums.detach().float().cpu()
+        window["counts"] += out.counts.cpu()
+        if accuracy:
+            window["correct"] += out.correct.cpu()
+            window["acc_counts"] += out.counts.cpu()
+        window["tokens"] += int(b["attention_mask"].sum())
+    run.scheduler.step()
+    window["loss"] += float(accelerator.reduce(step_loss, reduction="sum"))
+    window["steps"] += 1
+    return micro[-1][1]
 
 
 def _log(accelerator, window, step, epoch, scheduler, path: Path, bar, cfg: TrainConfig) -> dict:
