@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -192,12 +192,25 @@ def itl_samples(results: Any, per: str = "token") -> list[float]:
     return gaps
 
 
-def compute_metrics(results: Any) -> DecodeMetrics:
-    """All metrics of one workload: a GenerationResult or an iterable of them (see module doc)."""
-    results = _as_results(results)
-    rr: list[tuple[int, int, int]] = []
-    t_d, t_v, t_b = [], [], []
-    ttft, latency, tpot, out_lens, intervals = [], [], [], [], []
+@dataclass
+class _Samples:
+    """Per-round and per-request samples of a workload, validated."""
+
+    rr: list[tuple[int, int, int]] = field(default_factory=list)  # (drafted, accepted, committed) per row-round
+    t_d: list[float] = field(default_factory=list)
+    t_v: list[float] = field(default_factory=list)
+    t_b: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    out_lens: list[int] = field(default_factory=list)
+    intervals: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _collect(results: list) -> _Samples:
+    smp = _Samples()
+    rr, t_d, t_v, t_b = smp.rr, smp.t_d, smp.t_v, smp.t_b
+    ttft, latency, tpot, out_lens, intervals = smp.ttft, smp.latency, smp.tpot, smp.out_lens, smp.intervals
     for i, res in enumerate(results):
         if res.t_end < res.t_start:
             raise ValueError(f"results[{i}]: t_end {res.t_end} is before t_start {res.t_start}")
@@ -225,6 +238,11 @@ def compute_metrics(results: Any) -> DecodeMetrics:
                 if len(toks) >= 2:
                     tpot.append((last - first) / (len(toks) - 1))
 
+    return smp
+
+
+def _survival(rr: list[tuple[int, int, int]]) -> tuple[int, list[float | None], list[float | None]]:
+    """(longest draft, P(accepted >= pos), P(accepted >= pos | accepted >= pos - 1)) for pos = 1..gamma_max."""
     gamma_max = max((g for g, _, _ in rr), default=0)
     survival: list[float | None] = []
     conditional: list[float | None] = []
@@ -233,14 +251,23 @@ def compute_metrics(results: Any) -> DecodeMetrics:
         reached = [a for a in eligible if a >= pos - 1]
         survival.append(_ratio(sum(a >= pos for a in eligible), len(eligible)))
         conditional.append(_ratio(sum(a >= pos for a in reached), len(reached)))
+    return gamma_max, survival, conditional
 
+
+def compute_metrics(results: Any) -> DecodeMetrics:
+    """All metrics of one workload: a GenerationResult or an iterable of them (see module doc)."""
+    results = _as_results(results)
+    smp = _collect(results)
+    rr, t_d, t_v, t_b, out_lens = smp.rr, smp.t_d, smp.t_v, smp.t_b, smp.out_lens
+    ttft, latency, tpot = smp.ttft, smp.latency, smp.tpot
+    gamma_max, survival, conditional = _survival(rr)
     n = len(rr)
     accepted = sum(a for _, a, _ in rr)
     committed = sum(c for _, _, c in rr)
     drafted = sum(g for g, _, _ in rr)
     round_times = [d + v + b for d, v, b in zip(t_d, t_v, t_b)]
     round_total = math.fsum(round_times)
-    wall = _union_length(intervals)
+    wall = _union_length(smp.intervals)
     itl, itl_ev = itl_samples(results, "token"), itl_samples(results, "event")
     acc_mean = _ratio(accepted, n)
     return DecodeMetrics(
