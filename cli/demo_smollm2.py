@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 import shlex
 import shutil
 import subprocess
@@ -560,3 +561,97 @@ def _print_end(out: Path, reports: dict, check: dict, timings: dict, compact_tab
           f"first-token check passed: {check['passed']} (TV {check['tv_distance']:.4f})")
     apart = ", ".join(f"{k} {timings[k]:.0f} s" for k in ("conversion", "retrain") if k in timings)
     print(f"Report: {out / 'report.md'} (and eval_*/report.html); {budget / 60:.1f} min, without {apart}")
+
+
+# ------------------------------------------------------------------------------------------ ship
+
+def _commit() -> str | None:
+    """The repository commit this code runs from (None outside a git checkout)."""
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def ship_data(chat_dir: Path, dest: Path, *, overwrite: bool = False) -> Path:
+    """Ship the chat data the target wrote (``eaglehead prepare --data-config``'s ``conversations.jsonl``,
+    checked against its ``manifest.json``) into ``dest``, xz-compressed, with a recipe.json holding the
+    command, the data config, the manifest, the uncompressed file's sha256 and the commit."""
+    from eaglehead.builtin.shipped import file_sha256
+    from eaglehead.demo_target import package_versions
+
+    conversations, manifest_file = chat_dir / "conversations.jsonl", chat_dir / "manifest.json"
+    for path in (conversations, manifest_file):
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file; write the chat data first with: {data_rebuild_hint(dest)}")
+    manifest = json.loads(manifest_file.read_text())
+    digest = file_sha256(conversations)
+    if manifest.get("sha256") != digest:
+        raise ValueError(f"{conversations}: its sha256 differs from {manifest_file} (changed after it was written)")
+    if dest.exists() and any(dest.iterdir()) and not overwrite:
+        raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped data")
+    staging = dest.with_name(dest.name + ".build")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with conversations.open("rb") as src, lzma.open(staging / DATA_FILE, "wb", preset=9 | lzma.PRESET_EXTREME) as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.copyfile(manifest_file, staging / "manifest.json")
+    config = chat_dir / "config.json"
+    if config.is_file():
+        shutil.copyfile(config, staging / "data_config.json")
+    recipe = {"commands": ["eaglehead prepare --data-config configs/smollm2-135m-instruct-data.yaml"],
+              "inputs": {"conversations_sha256": digest, "conversations": manifest.get("conversations")},
+              "commit": _commit(), "versions": package_versions()}
+    packed = package_asset(staging, staging.with_name(staging.name + ".packed"), recipe)
+    shutil.rmtree(staging)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(packed, dest)  # a complete directory, or none: an interrupted run leaves only *.build*
+    return dest
+
+
+def ship_built(out: Path, root: Path, kinds: tuple[str, ...] = ("eagle3", "eagle1", "draft-lm"), *,
+               overwrite: bool = False) -> list[Path]:
+    """Copy the artifacts ``--retrain`` built into ``out/assets`` to the shipped ``root`` (each verified
+    before and after), adding the commit that built them to their recipe."""
+    shipped = []
+    for kind in kinds:
+        src, dest = out / "assets" / ASSETS[kind], root / ASSETS[kind]
+        recipe = verify_asset(src)
+        if dest.exists() and any(dest.iterdir()) and not overwrite:
+            raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
+        recipe.setdefault("commit", _commit())
+        package_asset(src, dest, {k: v for k, v in recipe.items() if k != "files"})
+        verify_asset(dest)
+        shipped.append(dest)
+    return shipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eaglehead.demo_smollm2 ship-data|ship-built``: put built artifacts where the demo finds them."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m eaglehead.demo_smollm2", description=main.__doc__)
+    sub = ap.add_subparsers(dest="what", required=True)
+    d = sub.add_parser("ship-data", help="compress the chat data into the shipped assets")
+    d.add_argument("--chat-dir", default="runs/smollm2-135m-instruct/chat", help="eaglehead prepare --data-config's out_dir")
+    b = sub.add_parser("ship-built", help="copy what --retrain built into the shipped assets")
+    b.add_argument("--out", default="runs/demo-smollm2", help="the --out of the --retrain run")
+    b.add_argument("--kinds", default="eagle3,eagle1,draft-lm")
+    for p in (d, b):
+        p.add_argument("--assets", default=None, help="shipped assets directory (default: the package's)")
+        p.add_argument("--overwrite", action="store_true")
+    args = ap.parse_args(argv)
+    root = Path(args.assets) if args.assets else assets_root()
+    if args.what == "ship-data":
+        dest = ship_data(Path(args.chat_dir), root / ASSETS["data"], overwrite=args.overwrite)
+        print(f"shipped {dest} ({(dest / DATA_FILE).stat().st_size / 2**20:.1f} MiB compressed)")
+    else:
+        for dest in ship_built(Path(args.out), root, tuple(args.kinds.split(",")), overwrite=args.overwrite):
+            print(f"shipped {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

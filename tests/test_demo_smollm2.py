@@ -205,3 +205,48 @@ def test_demo_target_option(capsys):
     assert "invalid choice" in capsys.readouterr().err
     assert main(["demo", "--retrain"]) == 2
     assert "--retrain: only for --target smollm2-135m-instruct" in capsys.readouterr().err
+
+
+def test_ship_data_compresses_verifies_and_refuses_to_overwrite(tmp_path):
+    from eaglehead.demo_smollm2 import DATA_FILE, main as ship_main, unpack_data
+
+    chat = tmp_path / "chat"
+    chat.mkdir()
+    rows = [{"id": f"chat-{i}", "messages": [{"role": "user", "content": f"q{i}"},
+                                             {"role": "assistant", "content": "a " * 50}]} for i in range(20)]
+    (chat / "conversations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = {"file": "conversations.jsonl", "sha256": file_sha256(chat / "conversations.jsonl"), "conversations": 20}
+    (chat / "manifest.json").write_text(json.dumps(manifest))
+    assets = tmp_path / "assets"
+    assert ship_main(["ship-data", "--chat-dir", str(chat), "--assets", str(assets)]) == 0
+    shipped = assets / "smollm2_data"
+    recipe = json.loads((shipped / "recipe.json").read_text())
+    assert recipe["inputs"]["conversations_sha256"] == manifest["sha256"]
+    assert "eaglehead prepare --data-config" in recipe["commands"][0]
+    assert (shipped / DATA_FILE).stat().st_size < (chat / "conversations.jsonl").stat().st_size
+    path, digest = unpack_data(shipped, tmp_path / "out")  # what --retrain reads back: byte-identical
+    assert path.read_bytes() == (chat / "conversations.jsonl").read_bytes() and digest == recipe["files"][DATA_FILE]
+    with pytest.raises(ValueError, match="--overwrite"):
+        ship_main(["ship-data", "--chat-dir", str(chat), "--assets", str(assets)])
+    (chat / "conversations.jsonl").write_text("changed\n")
+    with pytest.raises(ValueError, match="sha256 differs"):
+        ship_main(["ship-data", "--chat-dir", str(chat), "--assets", str(assets), "--overwrite"])
+    assert not list(assets.glob("*.build*"))
+
+
+def test_ship_built_copies_verified_artifacts(stand_ins, tmp_path):
+    from eaglehead.demo_smollm2 import ship_built
+
+    out = tmp_path / "out"
+    shutil.copytree(stand_ins / "assets", out / "assets")
+    root = tmp_path / "shipped"
+    shipped = ship_built(out, root, ("eagle3", "draft-lm"))
+    assert [p.name for p in shipped] == ["smollm2_eagle3", "smollm2_draft_lm"]
+    for p in shipped:
+        assert json.loads((p / "recipe.json").read_text())["commands"] == ["built by the test"]
+    with pytest.raises(ValueError, match="--overwrite"):
+        ship_built(out, root, ("eagle3",))
+    weights = out / "assets" / "smollm2_eagle3" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    with pytest.raises(ValueError, match="sha256"):
+        ship_built(out, root, ("eagle3",), overwrite=True)
