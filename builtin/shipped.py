@@ -64,6 +64,30 @@ def _problems(directory: Path, recipe: dict) -> list[str]:
     return problems
 
 
+def package_artifact(src: Path, dest: Path, recipe: dict) -> Path:
+    """Copy the files of ``src`` into a fresh ``dest`` with ``recipe`` plus a ``files`` table of their sha256."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    names = sorted(p.name for p in src.iterdir() if p.is_file() and p.name != "recipe.json")
+    for name in names:
+        shutil.copyfile(src / name, dest / name)
+    recipe = {"files": {n: file_sha256(dest / n) for n in names}, **recipe}
+    (dest / "recipe.json").write_text(json.dumps(recipe, indent=1))
+    return dest
+
+
+def source_commit() -> str | None:
+    """The git commit this code runs from (None outside a git checkout, e.g. an installed wheel)."""
+    import subprocess
+
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
 class MissingArtifactError(ValueError):
     """A shipped artifact directory is absent (no ``recipe.json``)."""
 

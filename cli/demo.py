@@ -35,6 +35,8 @@ from pathlib import Path
 # The YAML configs ship as package data (``configs/`` in the repository), found the same way in an
 # editable checkout and in an installed wheel.
 CONFIGS = Path(str(files("eaglehead.configs")))
+SHIPPED_HEADS = Path(str(files("eaglehead.builtin") / "assets"))
+RETRAIN = "eaglehead demo --retrain"
 
 
 def _say(msg: str) -> None:
@@ -81,11 +83,15 @@ def _base_sizes(size: str) -> dict:
             eval=dict(max_prompts=2, max_new_tokens=16, gamma_mode="fixed", gammas=(2,), repeats=2),
             states={"stdlib-heldout": dict(temperatures=(0.0, 1.0), batch_sizes=(1, 2)),
                     "humaneval": dict(temperatures=(0.0, 1.0), batch_sizes=(1,))},
-            prompts=6, prompt_chars=80, first_token_rows=200)
+            prompts=6, prompt_chars=80, first_token_rows=200, heads_shipped=False)
     return dict(
         target=None,
         draft_lm=None,  # shipped: builtin.shipped.DRAFT_LM_ASSETS_DIR (1 layer, 1500 steps; command in its recipe.json)
         head=[],
+        # The two heads trained by this recipe are shipped (builtin/assets/demo_eagle3, demo_eagle1, with the
+        # recipe key they were trained from): training them takes 10-13 of the cold run's minutes on 2 cores,
+        # which put the cold run over 20 minutes (BENCHMARKS.md). `eaglehead demo --retrain` trains them.
+        heads_shipped=True,
         # Tune on 4 prompts (32 x 0.125) over gamma 3..5, report on 8 held-out test prompts; every timed pass
         # twice, interleaved (medians and min-max; the gamma choice on medians and the fitted round-time
         # model). Three repeats over gamma 2..6 took the cold run past 30 minutes (BENCHMARKS.md).
@@ -129,7 +135,7 @@ def _head_config(out: Path, kind: str, target_dir: str, sizes: dict):
     return overrides, load_config(TrainConfig, CONFIGS / "demo.yaml", overrides)
 
 
-def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dict[str, Path]:
+def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict, retrain: bool = False) -> dict[str, Path]:
     """Train the EAGLE-3 head and the EAGLE-1 ablation with the same recipe and budget, side by side.
 
     Each runs ``python -m eaglehead.train --config configs/demo.yaml ...`` in its own process with half of
@@ -137,13 +143,17 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
     2-core machine); the logs go to ``DIR/<kind>/train.log`` and one progress bar follows both.
     """
     from eaglehead.draftheads.checkpoint import load_pretrained
-    from eaglehead.train.config import dump_config
 
-    todo, keys = {}, {}
+    todo, keys, found = {}, {}, {}
     for kind in ("eagle3", "eagle1"):
         run = out / kind
         overrides, cfg = _head_config(out, kind, target_dir, sizes)
-        keys[kind] = _key({"config": dump_config(cfg), "target": target_key})
+        keys[kind] = head_recipe_key(cfg, target_key)
+        if sizes["heads_shipped"] and not retrain:
+            shipped = shipped_head(kind, keys[kind])
+            if shipped is not None:
+                found[kind] = shipped
+                continue
         if _stamped(run, keys[kind]):
             try:
                 load_pretrained(run / "head")
@@ -187,7 +197,64 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict) -> dic
         size = sum(f.stat().st_size for f in features.iterdir() if f.is_file())
         shutil.rmtree(features)
         _say(f"features: removed {features} ({size / 2**30:.2f} GiB; rebuilt only when a head is retrained)")
-    return {kind: out / kind / "head" for kind in ("eagle3", "eagle1")}
+    return {kind: found.get(kind, out / kind / "head") for kind in ("eagle3", "eagle1")}
+
+
+def head_recipe_key(cfg, target_key: str) -> str:
+    """What a demo head is trained from: its config without the paths of this machine (output, target and
+    feature directories) and the target's recipe key."""
+    from eaglehead.train.config import dump_config
+
+    config = dump_config(cfg)
+    config.pop("output_dir", None)
+    config.get("model", {}).pop("target", None)
+    config.get("features", {}).pop("dir", None)
+    return _key({"config": config, "target": target_key})
+
+
+def shipped_head(kind: str, key: str, root: Path | None = None) -> Path | None:
+    """The shipped ``kind`` head if it was trained from the recipe hashed into ``key`` (checked by hash),
+    else None with a message saying why it is trained instead."""
+    from eaglehead.builtin.shipped import MissingArtifactError, verify_artifact
+
+    path = (root or SHIPPED_HEADS) / f"demo_{kind}"
+    try:
+        recipe = verify_artifact(path, RETRAIN)
+    except MissingArtifactError:
+        _say(f"{kind} head: none shipped in {path}; training it")
+        return None
+    if recipe.get("key") != key:
+        _say(f"{kind} head: the shipped one in {path} was trained from another recipe (key {recipe.get('key')}, "
+             f"this code's is {key}); training it")
+        return None
+    steps = recipe.get("results", {}).get("steps")
+    _say(f"{kind} head: the shipped one ({path}, {steps} steps of this recipe, verified by its sha256 hashes; "
+         f"`{RETRAIN}` trains it here)")
+    return path
+
+
+def ship_heads(out: Path, root: Path | None = None, *, overwrite: bool = False) -> list[Path]:
+    """Copy the heads a full-size run trained in ``out`` into the shipped assets (``root``), each with a
+    recipe.json: the recipe key it was trained from, the command, its final metrics and the commit."""
+    from eaglehead.builtin.shipped import package_artifact, source_commit, verify_artifact
+
+    shipped = []
+    for kind in ("eagle3", "eagle1"):
+        run, dest = out / kind, (root or SHIPPED_HEADS) / f"demo_{kind}"
+        key_file = run / "demo_key"
+        if not (run / "head" / "config.json").is_file() or not key_file.is_file():
+            raise ValueError(f"{run}: no trained {kind} head here; train both with: {RETRAIN} --out {out}")
+        if dest.exists() and any(dest.iterdir()) and not overwrite:
+            raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind} head")
+        summary = json.loads((run / "summary.json").read_text())
+        recipe = {"key": key_file.read_text(), "command": f"{RETRAIN} --out {out}",
+                  "config": (run / "config.yaml").read_text(), "results": {"steps": summary.get("step"),
+                                                                       "metrics": summary.get("metrics")},
+                  "commit": source_commit()}
+        package_artifact(run / "head", dest, recipe)
+        verify_artifact(dest, RETRAIN)
+        shipped.append(dest)
+    return shipped
 
 
 def _launch_side_by_side(out: Path, todo: dict) -> dict:
@@ -438,7 +505,7 @@ def run_demo(args) -> int:
     lap = stage_timer(timings)
     target_dir, target_key = stage_target(out, sizes)
     lap("target")
-    heads = stage_heads(out, target_dir, target_key, sizes)
+    heads = stage_heads(out, target_dir, target_key, sizes, retrain=getattr(args, "retrain", False))
     lap("heads")
     draft_lm = stage_draft_lm(out, target_dir, sizes)
     lap("draft_lm")
@@ -465,3 +532,23 @@ def run_demo(args) -> int:
           f"temperature-1 first-token check passed: {check['passed']} (TV {check['tv_distance']:.4f})")
     print(f"Report: {out / 'report.md'} (and eval_*/report.html with tables and plots); total {total / 60:.1f} min")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eaglehead.demo ship-heads [--out runs/demo]``: ship the heads a ``--retrain`` run trained."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m eaglehead.demo", description=main.__doc__)
+    sub = ap.add_subparsers(dest="what", required=True)
+    ship = sub.add_parser("ship-heads", help="copy the heads trained in --out into the shipped assets")
+    ship.add_argument("--out", default="runs/demo", help="the --out of an `eaglehead demo --retrain` run")
+    ship.add_argument("--assets", default=None, help="shipped assets directory (default: the package's)")
+    ship.add_argument("--overwrite", action="store_true")
+    args = ap.parse_args(argv)
+    for dest in ship_heads(Path(args.out), Path(args.assets) if args.assets else None, overwrite=args.overwrite):
+        print(f"shipped {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -36,7 +36,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Callable
 
-from eaglehead.builtin.shipped import MissingArtifactError, verify_artifact
+from eaglehead.builtin.shipped import MissingArtifactError, package_artifact, source_commit, verify_artifact
 from eaglehead.demo import CONFIGS, _key, _pick, _say, _stamp, _stamped, first_token_check, stage_timer
 
 TARGET = "builtin:smollm2-135m-instruct"
@@ -201,20 +201,6 @@ def run_command(cmd: list[str], log: Path) -> None:
         raise RuntimeError(f"{shlex.join(cmd)} failed (exit {code}); the end of {log}:\n{log.read_text()[-3000:]}")
 
 
-def package_asset(src: Path, dest: Path, recipe: dict) -> Path:
-    """Copy the files of ``src`` into ``dest`` with ``recipe`` plus a ``files`` table of their sha256."""
-    from eaglehead.builtin.shipped import file_sha256
-
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    names = sorted(p.name for p in src.iterdir() if p.is_file() and p.name != "recipe.json")
-    for name in names:
-        shutil.copyfile(src / name, dest / name)
-    recipe = {"files": {n: file_sha256(dest / n) for n in names}, **recipe}
-    (dest / "recipe.json").write_text(json.dumps(recipe, indent=1))
-    return dest
-
-
 def retrain(out: Path, root: Path, target: str, extra: dict[str, list[str]], *,
             draft_lm_trainer: DraftLMTrainer | None = None, run: Runner = run_command) -> None:
     """Build both heads and the draft LM from the shipped chat data into ``out/assets``, each with its
@@ -242,7 +228,7 @@ def retrain(out: Path, root: Path, target: str, extra: dict[str, list[str]], *,
         _fresh(work / kind, key)
         shutil.copyfile(work / "prepare" / VOCAB_FILE, work / kind / VOCAB_FILE)  # the draft vocabulary's counts
         run(cmd, work / kind / "train.log")
-        package_asset(work / kind / "head", dest, {"commands": [shlex.join(prep), shlex.join(cmd)],
+        package_artifact(work / kind / "head", dest, {"commands": [shlex.join(prep), shlex.join(cmd)],
                                                    "inputs": inputs, "key": key})
         _say(f"{kind}: built {dest}")
     dest = out / "assets" / ASSETS["draft-lm"]
@@ -276,7 +262,7 @@ def _custom_draft_lm(data: Path, dest: Path, target: str, inputs: dict, trainer:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     commands = trainer(data, staging, target)
-    package_asset(staging, dest, {"commands": list(commands), "inputs": inputs})
+    package_artifact(staging, dest, {"commands": list(commands), "inputs": inputs})
     shutil.rmtree(staging)
 
 
@@ -565,16 +551,6 @@ def _print_end(out: Path, reports: dict, check: dict, timings: dict, compact_tab
 
 # ------------------------------------------------------------------------------------------ ship
 
-def _commit() -> str | None:
-    """The repository commit this code runs from (None outside a git checkout)."""
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return res.stdout.strip() if res.returncode == 0 else None
-
-
 def ship_data(chat_dir: Path, dest: Path, *, overwrite: bool = False) -> Path:
     """Ship the chat data the target wrote (``eaglehead prepare --data-config``'s ``conversations.jsonl``,
     checked against its ``manifest.json``) into ``dest``, xz-compressed, with a recipe.json holding the
@@ -603,8 +579,8 @@ def ship_data(chat_dir: Path, dest: Path, *, overwrite: bool = False) -> Path:
         shutil.copyfile(config, staging / "data_config.json")
     recipe = {"commands": ["eaglehead prepare --data-config configs/smollm2-135m-instruct-data.yaml"],
               "inputs": {"conversations_sha256": digest, "conversations": manifest.get("conversations")},
-              "commit": _commit(), "versions": package_versions()}
-    packed = package_asset(staging, staging.with_name(staging.name + ".packed"), recipe)
+              "commit": source_commit(), "versions": package_versions()}
+    packed = package_artifact(staging, staging.with_name(staging.name + ".packed"), recipe)
     shutil.rmtree(staging)
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(packed, dest)  # a complete directory, or none: an interrupted run leaves only *.build*
@@ -621,8 +597,8 @@ def ship_built(out: Path, root: Path, kinds: tuple[str, ...] = ("eagle3", "eagle
         recipe = verify_asset(src)
         if dest.exists() and any(dest.iterdir()) and not overwrite:
             raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
-        recipe.setdefault("commit", _commit())
-        package_asset(src, dest, {k: v for k, v in recipe.items() if k != "files"})
+        recipe.setdefault("commit", source_commit())
+        package_artifact(src, dest, {k: v for k, v in recipe.items() if k != "files"})
         verify_asset(dest)
         shipped.append(dest)
     return shipped

@@ -74,3 +74,30 @@ def test_demo_trains_online_when_the_feature_cache_does_not_fit(tmp_path, monkey
         assert "dir: null" in (tmp_path / kind / "config.yaml").read_text()  # trained online
         assert (tmp_path / kind / "head" / "model.safetensors").is_file()
     assert not (tmp_path / "features").exists() and (tmp_path / "report.json").is_file()
+
+
+def test_heads_ship_with_their_recipe_key_and_are_used_only_for_it(demo_run, tmp_path, capsys):
+    from eaglehead.demo import _head_config, _sizes, head_recipe_key, ship_heads, shipped_head
+
+    # The key ignores this machine's paths (output, target and feature directories): a shipped head matches.
+    sizes = _sizes("tiny")
+    keys = {head_recipe_key(_head_config(tmp_path / out, "eagle3", str(tmp_path / tgt), sizes)[1], "t")
+            for out, tgt in (("a", "x"), ("b", "y"))}
+    assert len(keys) == 1
+    assert head_recipe_key(_head_config(tmp_path, "eagle1", "x", sizes)[1], "t") not in keys
+    root = tmp_path / "assets"
+    assert [p.name for p in ship_heads(demo_run, root)] == ["demo_eagle3", "demo_eagle1"]
+    key = (demo_run / "eagle3" / "demo_key").read_text()
+    recipe = json.loads((root / "demo_eagle3" / "recipe.json").read_text())
+    assert recipe["key"] == key and "eaglehead demo --retrain" in recipe["command"] and recipe["files"]
+    assert shipped_head("eagle3", key, root) == root / "demo_eagle3"
+    capsys.readouterr()
+    assert shipped_head("eagle3", "another-recipe", root) is None
+    assert "trained from another recipe" in capsys.readouterr().out
+    assert shipped_head("eagle3", key, tmp_path / "empty") is None
+    with pytest.raises(ValueError, match="--overwrite"):
+        ship_heads(demo_run, root)
+    weights = root / "demo_eagle1" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    with pytest.raises(ValueError, match="sha256"):
+        shipped_head("eagle1", (demo_run / "eagle1" / "demo_key").read_text(), root)

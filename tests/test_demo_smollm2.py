@@ -203,8 +203,8 @@ def test_demo_target_option(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["demo", "--target", "llama"])
     assert "invalid choice" in capsys.readouterr().err
-    assert main(["demo", "--retrain"]) == 2
-    assert "--retrain: only for --target smollm2-135m-instruct" in capsys.readouterr().err
+    assert main(["demo", "--model", "some/dir"]) == 2  # a stand-in option of the SmolLM2 demo only
+    assert "--model: only for --target smollm2-135m-instruct" in capsys.readouterr().err
 
 
 def test_ship_data_compresses_verifies_and_refuses_to_overwrite(tmp_path):
