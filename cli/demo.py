@@ -238,14 +238,15 @@ def ship_heads(out: Path, root: Path | None = None, *, overwrite: bool = False) 
     recipe.json: the recipe key it was trained from, the command, its final metrics and the commit."""
     from eaglehead.builtin.shipped import package_artifact, source_commit, verify_artifact
 
-    shipped = []
-    for kind in ("eagle3", "eagle1"):
-        run, dest = out / kind, (root or SHIPPED_HEADS) / f"demo_{kind}"
-        key_file = run / "demo_key"
-        if not (run / "head" / "config.json").is_file() or not key_file.is_file():
+    plan = {kind: (out / kind, (root or SHIPPED_HEADS) / f"demo_{kind}") for kind in ("eagle3", "eagle1")}
+    for kind, (run, dest) in plan.items():  # both checked before either is copied
+        if not (run / "head" / "config.json").is_file() or not (run / "demo_key").is_file():
             raise ValueError(f"{run}: no trained {kind} head here; train both with: {RETRAIN} --out {out}")
         if dest.exists() and any(dest.iterdir()) and not overwrite:
             raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind} head")
+    shipped = []
+    for kind, (run, dest) in plan.items():
+        key_file = run / "demo_key"
         summary = json.loads((run / "summary.json").read_text())
         recipe = {"key": key_file.read_text(), "command": f"{RETRAIN} --out {out}",
                   "config": (run / "config.yaml").read_text(), "results": {"steps": summary.get("step"),
