@@ -450,7 +450,7 @@ def _pick(report: dict, method: str, temperature: float = 0.0, batch: int = 1) -
     return None
 
 
-def goals(report: dict) -> list[tuple[str, bool, str]]:
+def goals(report: dict) -> list[tuple[str, bool | None, str]]:
     e3, e1, van = _pick(report, "eagle3"), _pick(report, "eagle1"), _pick(report, "vanilla")
     rows = [("EAGLE-3 tau >= 3.0 (greedy, batch 1)", e3["tau"] >= 3.0, f"{e3['tau']:.2f}"),
             (f"EAGLE-3 time per token >= 1.5x better than the fastest baseline ({e3['baseline_method']})",
@@ -462,7 +462,8 @@ def goals(report: dict) -> list[tuple[str, bool, str]]:
         if r is not None:
             rows.append((f"EAGLE-3 faster than {peer}", e3["time_per_token_s"] < r["time_per_token_s"],
                          f"{1000 * e3['time_per_token_s']:.2f} vs {1000 * r['time_per_token_s']:.2f} ms/token"))
-    rows.append(("vanilla time per token (reference)", True, f"{1000 * van['time_per_token_s']:.2f} ms/token"))
+    rows.append(("vanilla time per token (reference, not a goal)", None,
+                 f"{1000 * van['time_per_token_s']:.2f} ms/token"))
     return rows
 
 
@@ -471,7 +472,7 @@ def write_summary(out: Path, reports: dict, check: dict, timings: dict) -> str:
     for name, rep in reports.items():
         lines += [f"## {name}", "", f"Full tables and plots: [eval_{name}/report.md](eval_{name}/report.md)", "",
                   "| goal (greedy, batch 1, test split) | met | measured |", "| --- | --- | --- |"]
-        lines += [f"| {g} | {'yes' if ok else 'no'} | {v} |" for g, ok, v in goals(rep)]
+        lines += [f"| {g} | {'-' if ok is None else 'yes' if ok else 'no'} | {v} |" for g, ok, v in goals(rep)]
         lines += ["", f"Greedy outputs of every exact method identical to vanilla: {rep['identity']['all_identical']}",
                   f"Report consistency violations: {len(rep['consistency_violations'])}", ""]
     lines += ["## Temperature 1: first-token distribution through EAGLE-3 speculative decoding", "",
