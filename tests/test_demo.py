@@ -101,3 +101,16 @@ def test_heads_ship_with_their_recipe_key_and_are_used_only_for_it(demo_run, tmp
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
     with pytest.raises(ValueError, match="sha256"):
         shipped_head("eagle1", (demo_run / "eagle1" / "demo_key").read_text(), root)
+
+
+def test_the_shipped_heads_match_this_codes_full_size_recipe(tmp_path):
+    """`make demo` uses the shipped heads only while the code's recipe key equals theirs: a config field
+    added or changed without re-keying (or retraining) them would silently cost every cold demo a
+    training run."""
+    from eaglehead.demo import _head_config, _sizes, head_recipe_key, shipped_head, stage_target
+
+    sizes = _sizes("full")
+    target_dir, target_key = stage_target(tmp_path, sizes)
+    for kind in ("eagle3", "eagle1"):
+        key = head_recipe_key(_head_config(tmp_path, kind, target_dir, sizes)[1], target_key)
+        assert shipped_head(kind, key) is not None, kind

@@ -169,19 +169,21 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
             tgt_p = torch.zeros_like(tgt_logits).scatter_(-1, tgt_logits.argmax(-1, keepdim=True), 1.0)
     loss_sums, counts, correct = [], [], []
     for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention):
-        logits = head.logits(h).float()  # [B, R, Vd]
         sel = positions_ok[i]  # [B, R]
+        # The output layer only where a loss is taken (prompt rows, padding and the sequence tails are
+        # skipped): the draft-vocabulary product is about half of a step's matmuls at SmolLM2's sizes.
+        logits = head.logits(h[sel]).float()  # [N, Vd]
         # The target's output at position j is its distribution over x_{j+1}: x_{t+i+2} comes from j = t+i+1.
-        p = _shift(tgt_p, i + 1)[:, :rows]
-        ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)  # [B, R]
-        loss_sums.append((ce * sel).sum())
+        p = _shift(tgt_p, i + 1)[:, :rows][sel]
+        ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)  # [N]
+        loss_sums.append(ce.sum())
         counts.append(sel.sum())
         if not accuracy:
             correct.append(torch.zeros((), device=ids.device, dtype=torch.long))
             continue
         with torch.no_grad():
             pred = head.draft_to_target(logits.argmax(-1))
-            top = _shift(tgt_top, i + 1, fill=-1)[:, :rows]
-            correct.append(((pred == top) & sel).sum())
+            top = _shift(tgt_top, i + 1, fill=-1)[:, :rows][sel]
+            correct.append((pred == top).sum())
     weights = torch.tensor([decay ** i for i in range(depth)], device=ids.device)
     return RolloutOutput(torch.stack(loss_sums), torch.stack(counts).float(), torch.stack(correct).float(), weights)

@@ -34,22 +34,46 @@ class MicroBatches:
     ``micro_batch_size * world`` sequences; process ``k`` takes the ``k``-th slice. So the data of
     optimizer step ``s`` is a pure function of ``s``: resuming needs only the step number, and one
     process with micro-batch ``2m`` sees exactly what two processes with ``m`` each see together.
+
+    With ``lengths`` (one per sequence) and ``group > 0``, the epoch's permutation is cut into windows of
+    ``group`` global micro-batches, each window sorted by length (longest first) and cut into
+    micro-batches, and those micro-batches shuffled once more with the epoch's generator: every property
+    above still holds, and a micro-batch pads to a length close to its own sequences'.
     """
 
-    def __init__(self, dataset, collate, micro_batch_size: int, world: int, rank: int, seed: int):
+    def __init__(self, dataset, collate, micro_batch_size: int, world: int, rank: int, seed: int,
+                 lengths: list[int] | None = None, group: int = 0):
         self.dataset, self.collate = dataset, collate
         self.mbs, self.world, self.rank, self.seed = micro_batch_size, world, rank, seed
         self.per_epoch = len(dataset) // (micro_batch_size * world)
         if self.per_epoch < 1:
             raise ValueError(f"the dataset has {len(dataset)} sequences: fewer than one global micro-batch "
                              f"({micro_batch_size} x {world} processes)")
+        if group and (lengths is None or len(lengths) != len(dataset)):
+            raise ValueError(f"length grouping needs one length per sequence ({len(dataset)}), "
+                             f"got {None if lengths is None else len(lengths)}")
+        self.lengths, self.group = lengths, group
         self._perm_epoch, self._perm = -1, None
+
+    def order(self, epoch: int) -> list[int]:
+        """The sequence indices of ``epoch`` in the order global micro-batches take them."""
+        gen = torch.Generator().manual_seed(self.seed + epoch)
+        perm = torch.randperm(len(self.dataset), generator=gen).tolist()
+        if not self.group:
+            return perm
+        size = self.mbs * self.world
+        perm = perm[: self.per_epoch * size]
+        window = self.group * size
+        batches = []
+        for w in range(0, len(perm), window):
+            ranked = sorted(perm[w: w + window], key=lambda j: -self.lengths[j])
+            batches.extend(ranked[b: b + size] for b in range(0, len(ranked), size))
+        return [j for b in torch.randperm(len(batches), generator=gen).tolist() for j in batches[b]]
 
     def __getitem__(self, g: int):
         epoch, i = divmod(g, self.per_epoch)
         if epoch != self._perm_epoch:
-            gen = torch.Generator().manual_seed(self.seed + epoch)
-            self._perm, self._perm_epoch = torch.randperm(len(self.dataset), generator=gen).tolist(), epoch
+            self._perm, self._perm_epoch = self.order(epoch), epoch
         start = i * self.mbs * self.world + self.rank * self.mbs
         return self.collate([self.dataset[j] for j in self._perm[start:start + self.mbs]]), epoch
 
@@ -196,9 +220,17 @@ def _setup(cfg: TrainConfig) -> _Run:
         from .config import dump_config
 
         accelerator.init_trackers(cfg.wandb_project, config=dump_config(cfg))
+    lengths = _lengths(dataset) if opt.length_grouping else None
     data = MicroBatches(dataset, collate, opt.micro_batch_size, accelerator.num_processes,
-                        accelerator.process_index, cfg.seed)
+                        accelerator.process_index, cfg.seed, lengths, opt.length_grouping)
     return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start)
+
+
+def _lengths(dataset) -> list[int]:
+    """Tokens per sequence of a feature cache or a tokenised dataset."""
+    if isinstance(dataset, FeatureDataset):
+        return dataset.lengths()
+    return [len(ids) for ids in dataset["input_ids"]]
 
 
 def _new_window(depth: int) -> dict:

@@ -101,6 +101,37 @@ def test_padding_does_not_change_loss(target):
     torch.testing.assert_close(a.loss_sums, b.loss_sums, atol=1e-4, rtol=1e-5)
 
 
+def test_partial_loss_mask_matches_all_rows_then_masked(target):
+    """The output layer runs only on loss rows; the sums equal computing every row and masking after
+    (a prompt region without loss, right padding, float64 reference)."""
+    head = make_head(target)
+    seq = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(9))
+    amask = torch.ones_like(seq)
+    amask[1, 9:] = 0
+    batch = features(target, head, seq, amask)
+    batch["loss_mask"] = torch.zeros_like(seq)
+    batch["loss_mask"][0, 4:] = 1
+    batch["loss_mask"][1, 6:] = 1
+    lm_w = target.get_output_embeddings().weight
+    depth = 3
+    out = rollout(head, batch, lm_w, depth=depth)
+    ok = loss_positions(batch["loss_mask"], amask, depth)
+    with torch.no_grad():
+        tgt = torch.softmax((batch["final_hidden"].double() @ lm_w.double().T)[..., head.target_ids], -1)
+        full_top = (batch["final_hidden"] @ lm_w.T).argmax(-1)
+        hidden = [h for _, h in rollout_steps(head, seq, batch["fused"], amask, depth)]
+        for i in range(depth):
+            logq = torch.log_softmax(head.logits(hidden[i]).double(), -1)  # every row
+            p = tgt[:, i + 1:][:, : hidden[i].shape[1]]
+            rows = p.shape[1]
+            ce = -(p * logq[:, :rows]).sum(-1) * ok[i][:, :rows]
+            torch.testing.assert_close(out.loss_sums[i].double(), ce.sum(), atol=1e-4, rtol=1e-5)
+            pred = head.draft_to_target(logq[:, :rows].argmax(-1))
+            agree = (pred == full_top[:, i + 1:][:, :rows]) & ok[i][:, :rows]
+            assert out.correct[i].item() == agree.sum().item()
+            assert out.counts[i].item() == ok[i].sum().item() > 0
+
+
 @pytest.mark.parametrize("labels", ["soft", "argmax"])
 def test_loss_is_cross_entropy_to_restricted_renormalised_target(target, labels):
     """Step i row t is trained toward the distribution the target gives x_{t+i+2} after reading
