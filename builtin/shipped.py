@@ -64,6 +64,33 @@ def _problems(directory: Path, recipe: dict) -> list[str]:
     return problems
 
 
+def write_half_precision(model, tokenizer, out: Path, names: tuple[str, ...] | None = None):
+    """Save ``model`` in float16 plus ``tokenizer`` into ``out``, file by file, each replaced atomically
+    (staged in ``out/.staging``, made world-readable: save_pretrained may write 0600).
+
+    ``names``: only these files are kept (default every file written). Returns the float16 copy (to
+    measure what rounding costs) and ``{file name: sha256}`` for the recipe.
+    """
+    import copy
+
+    import torch
+
+    half = copy.deepcopy(model).to(torch.float16)
+    staging = out / ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    half.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    hashes = {}
+    for path in sorted(staging.iterdir()):
+        if names is not None and path.name not in names:
+            continue
+        hashes[path.name] = file_sha256(path)
+        os.chmod(path, 0o644)
+        os.replace(path, out / path.name)
+    shutil.rmtree(staging)
+    return half, hashes
+
+
 def package_artifact(src: Path, dest: Path, recipe: dict) -> Path:
     """Copy the files of ``src`` into a fresh ``dest`` with ``recipe`` plus a ``files`` table of their sha256."""
     shutil.rmtree(dest, ignore_errors=True)

@@ -37,18 +37,16 @@ Design:
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from eaglehead.builtin.corpus import HELDOUT_FRACTION, corpus_fingerprint, corpus_split
-from eaglehead.builtin.shipped import RECIPE_VERSION, file_sha256, recipe_key
+from eaglehead.builtin.shipped import RECIPE_VERSION, file_sha256, recipe_key, write_half_precision
 
 EOS = "<|endoftext|>"
 _ARTIFACT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
@@ -208,20 +206,8 @@ def adamw(model, s: Settings):
 
 def _save(model, tokenizer, out: Path, recipe: dict, eval_sets: dict, batch: int) -> None:
     """Write the shipped layout into ``out`` file by file (each replaced atomically), recipe.json last."""
-    import torch
-
-    half = copy.deepcopy(model).to(torch.float16)
-    staging = out / ".staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    half.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    recipe["files"] = {}
-    for name in _ARTIFACT_FILES:
-        if (staging / name).is_file():
-            recipe["files"][name] = file_sha256(staging / name)
-            os.chmod(staging / name, 0o644)
-            os.replace(staging / name, out / name)
-    shutil.rmtree(staging)
+    half, hashes = write_half_precision(model, tokenizer, out, _ARTIFACT_FILES)
+    recipe["files"] = {name: hashes[name] for name in _ARTIFACT_FILES if name in hashes}
     # Loss of the weights as shipped (float16, loaded back in float32): the rounding's cost, measured.
     shipped = half.float().eval()
     recipe["results"].update({f"{k}_loss_shipped": round(_mean_loss(shipped, v, batch), 4)

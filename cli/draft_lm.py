@@ -42,19 +42,17 @@ Design:
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
-from eaglehead.builtin.shipped import RECIPE_VERSION, file_sha256, recipe_key
+from eaglehead.builtin.shipped import RECIPE_VERSION, file_sha256, recipe_key, write_half_precision
 from eaglehead.demo_target import adamw, chunk_batches, lr_at, pack_stream, package_versions, spread
 from eaglehead.train.config import dump_config, load_config, save_config
 
@@ -335,19 +333,7 @@ def _load_checkpoint(out: Path, inputs: dict, model, opt) -> dict | None:
 
 def _write_artifact(model, tokenizer, out: Path, recipe: dict, heldout, batch: int) -> None:
     """The model directory in float16, file by file (each replaced atomically), recipe.json last."""
-    import torch
-
-    half = copy.deepcopy(model).to(torch.float16)
-    staging = out / ".staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    half.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    recipe["files"] = {}
-    for path in sorted(staging.iterdir()):
-        recipe["files"][path.name] = file_sha256(path)
-        os.chmod(path, 0o644)  # save_pretrained may write 0600; the directory is meant to be shared or shipped
-        os.replace(path, out / path.name)
-    staging.rmdir()
+    half, recipe["files"] = write_half_precision(model, tokenizer, out)
     # The weights as shipped (float16, loaded back in float32): the rounding's cost, measured.
     shipped = evaluate(half.float().eval(), *heldout, batch)
     recipe["results"].update({"heldout_loss_shipped": shipped["loss"], "heldout_top1_shipped": shipped["top1"]})
