@@ -66,5 +66,8 @@ def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None =
             ids = [n] if cfg.head.type == "eagle1" else default_layer_ids(n)
         cache_features(ds, target, list(ids), cache_dir, shard_size=cfg.features.shard_size,
                        dtype=cfg.features.dtype, batch_size=cfg.features.batch_size, target_name=cfg.model.target)
+        # The counts travel with the features: every head trained from this cache (the EAGLE-1 ablation in
+        # its own output_dir) builds the same draft vocabulary without copying files around.
+        save_token_counts(Path(cache_dir), counts)
         summary["feature_cache"] = str(cache_dir)
     return summary

@@ -184,8 +184,9 @@ def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> E
         if token_counts is None:
             raise ValueError(
                 f"head.draft_vocab_size={size} is smaller than the target vocabulary ({vocab}): the draft "
-                f"vocabulary needs token counts, expected in {Path(cfg.output_dir) / VOCAB_FILE} (eaglehead "
-                "prepare writes them to its output_dir; train with the same output_dir, or copy the file there)")
+                f"vocabulary needs token counts, expected in {Path(cfg.output_dir) / VOCAB_FILE} or beside the "
+                f"features in features.dir={cfg.features.dir} (eaglehead prepare writes them to its output_dir and "
+                "to the feature cache it fills; train with either, or copy the file there)")
         head.set_vocab(*build_draft_vocab(token_counts, size))
     if cfg.head.lm_head_init == "target":
         init_output_from_target(head, target)

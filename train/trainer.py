@@ -129,7 +129,10 @@ def _data(cfg: TrainConfig, accelerator, target, tok):
     out_dir = Path(cfg.output_dir)
     if cfg.features.dir and (Path(cfg.features.dir) / "index.json").is_file():
         ds = FeatureDataset(cfg.features.dir)
-        return ds, lambda rows: collate_features(rows, pad), load_token_counts(out_dir)
+        counts = load_token_counts(out_dir)
+        if counts is None:  # prepare also leaves them beside the features it cached
+            counts = load_token_counts(Path(cfg.features.dir))
+        return ds, lambda rows: collate_features(rows, pad), counts
     with accelerator.main_process_first():
         ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
     counts = load_token_counts(out_dir)

@@ -349,3 +349,25 @@ def test_eagle1_trains_from_an_eagle3_feature_cache(workspace):
     for a, b in zip(metrics(workspace / "e1offline"), metrics(workspace / "e1online"), strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
 
+
+
+def test_a_second_head_finds_the_draft_vocabulary_beside_the_features(workspace):
+    """prepare leaves the token counts in the feature cache too: the EAGLE-1 ablation trained in its own
+    output_dir (no counts there) builds the same reduced draft vocabulary as the EAGLE-3 head."""
+    from eaglehead.draftheads.checkpoint import load_pretrained
+
+    small = {"head.init_from": None, "head.draft_vocab_size": 100, "optim.max_steps": 1, "save_every": 0}
+    prep = load_config(TrainConfig, write_config(workspace, "vprep", **small, **{
+        "features.dir": str(workspace / "vcache"), "features.dtype": "float32"}))
+    prepare(prep)
+    assert (workspace / "vcache" / recipe_mod.VOCAB_FILE).is_file()
+    e1 = load_config(TrainConfig, write_config(workspace, "v_e1", **small, **{
+        "features.dir": str(workspace / "vcache"), "head.type": "eagle1", "head.fused_layer_ids": None,
+        "head.eagle1_vocab": "draft"}))
+    assert not (workspace / "v_e1" / recipe_mod.VOCAB_FILE).exists()
+    train(e1)
+    target, _ = recipe_mod.load_target(prep.model, torch.device("cpu"))
+    want = recipe_mod.build_head(prep, target, recipe_mod.load_token_counts(workspace / "vprep"))
+    got = load_pretrained(workspace / "v_e1" / "head")
+    assert got.config.draft_vocab_size == 100
+    assert torch.equal(got.target_ids.cpu(), want.target_ids.cpu())
