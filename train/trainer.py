@@ -219,6 +219,8 @@ def _setup(cfg: TrainConfig) -> _Run:
         start = json.loads((resume_from / "trainer_state.json").read_text())["step"]
         if main:
             print(f"resuming from {resume_from} at step {start}")
+    if main:
+        _record_launch(out_dir, start, accelerator.num_processes)
     if cfg.report_to == "wandb":
         from .config import dump_config
 
@@ -227,6 +229,25 @@ def _setup(cfg: TrainConfig) -> _Run:
     data = MicroBatches(dataset, collate, opt.micro_batch_size, accelerator.num_processes,
                         accelerator.process_index, cfg.seed, lengths, opt.length_grouping)
     return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start)
+
+
+def _record_launch(out_dir: Path, start: int, processes: int) -> None:
+    """Append who trained from which step to ``launches.jsonl``: a run that spans several launches (resumed
+    after a kill) keeps the command, code commit and threads of each, for the recipe a head ships with."""
+    import sys
+    from datetime import datetime, timezone
+
+    import accelerate
+    import transformers
+
+    from eaglehead.builtin.shipped import source_commit
+
+    rec = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "start_step": start,
+           "argv": sys.argv[1:], "processes": processes, "threads": torch.get_num_threads(),
+           "commit": source_commit(), "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                                                   "accelerate": accelerate.__version__}}
+    with (out_dir / "launches.jsonl").open("a") as f:
+        f.write(json.dumps(rec) + "\n")
 
 
 def _lengths(dataset) -> list[int]:

@@ -148,6 +148,9 @@ def test_resume_after_kill_reproduces_trajectory(workspace, baseline, monkeypatc
     w2 = load_pretrained(baseline / "head").state_dict()
     for k in w1:
         torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-6)
+    launches = [json.loads(line) for line in (workspace / "killed" / "launches.jsonl").read_text().splitlines()]
+    assert [r["start_step"] for r in launches] == [0, 2]  # each launch of the run, with its code and threads
+    assert all(r["threads"] >= 1 and "torch" in r["versions"] and "commit" in r for r in launches)
 
 
 def test_crash_mid_checkpoint_keeps_last_good_one(workspace, baseline, monkeypatch):
