@@ -68,10 +68,15 @@ class RolloutConfig:
     # soft: cross-entropy to the target's distribution over the draft vocabulary (EAGLE-3; serves sampling)
     # argmax: cross-entropy to the target's top token within it (what greedy acceptance counts)
     labels: Literal["soft", "argmax"] = "soft"
+    # Steps 1.. run every deep_stride-th row only (rows are independent after step 0; which rows varies
+    # batch to batch): 2 makes a depth-5 step cost 3 step-0s instead of 5. 1: every row at every step.
+    deep_stride: int = 1
 
     def __post_init__(self):
         if self.depth < 1:
             raise ValueError(f"depth: expected >= 1, got {self.depth}")
+        if self.deep_stride < 1:
+            raise ValueError(f"deep_stride: expected >= 1 (1 = every row), got {self.deep_stride}")
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay: expected a value in (0, 1], got {self.decay}")
 
@@ -145,15 +150,16 @@ class RolloutModule(nn.Module):
     """
 
     def __init__(self, head: Eagle3Head, lm_head_weight: torch.Tensor, depth: int, decay: float, ckpt: bool,
-                 labels: str = "soft"):
+                 labels: str = "soft", deep_stride: int = 1):
         super().__init__()
         self.head = head
         self.__dict__["lm_head_weight"] = lm_head_weight
-        self.depth, self.decay, self.ckpt, self.labels = depth, decay, ckpt, labels
+        self.depth, self.decay, self.ckpt, self.labels, self.deep_stride = depth, decay, ckpt, labels, deep_stride
 
     def forward(self, batch: dict[str, torch.Tensor], accuracy: bool = True) -> RolloutOutput:
         return rollout(self.head, batch, self.lm_head_weight, depth=self.depth, decay=self.decay,
-                       checkpoint_attention=self.ckpt, labels=self.labels, accuracy=accuracy)
+                       checkpoint_attention=self.ckpt, labels=self.labels, accuracy=accuracy,
+                       deep_stride=self.deep_stride)
 
 
 def draft_vocab_size(head: HeadConfig, target_vocab: int) -> int:

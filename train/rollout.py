@@ -49,9 +49,24 @@ class RolloutOutput:
         return (self.correct / self.counts.clamp_min(1)).tolist()
 
 
-def loss_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth: int) -> torch.Tensor:
+def deep_rows(input_ids: torch.Tensor, stride: int) -> torch.Tensor | None:
+    """The rows that continue past step 0 when only every ``stride``-th row does (``None``: all rows).
+
+    After step 0 a row's rollout reads only its own earlier steps and the shared step-0 keys, so a subset
+    of rows can be carried deeper without changing any kept row's result. The offset comes from the batch
+    itself (``sum(input_ids) % stride``): every row position gets its turn across batches, and the choice
+    is reproducible from the batch alone (loss normalisation and resumed runs agree)."""
+    if stride == 1:
+        return None
+    offset = int(input_ids.sum()) % stride
+    return torch.arange(offset, input_ids.shape[1] - 1, stride, device=input_ids.device)
+
+
+def loss_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth: int,
+                   rows: torch.Tensor | None = None) -> torch.Tensor:
     """``[depth, B, T-1]`` bool: step ``i`` row ``t`` is trained iff token ``x_{t+i+2}`` is a loss token and
-    every token the row depends on (``x_t..x_{t+i+2}``) is real (not padding)."""
+    every token the row depends on (``x_t..x_{t+i+2}``) is real (not padding); with ``rows``
+    (:func:`deep_rows`), steps ``i >= 1`` train those rows only."""
     b, t = loss_mask.shape
     valid = attention_mask.bool()
     loss = loss_mask.bool() & valid
@@ -60,12 +75,17 @@ def loss_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth:
         n = t - i - 2  # rows t = 0..n-1 have a target token x_{t+i+2}
         real = valid.unfold(1, i + 3, 1).all(-1)  # [B, n]: x_t..x_{t+i+2} all real
         out[i, :, :n] = real & loss[:, i + 2:]
+    if rows is not None and depth > 1:
+        keep = torch.zeros(t - 1, dtype=torch.bool, device=loss_mask.device)
+        keep[rows] = True
+        out[1:] &= keep
     return out
 
 
-def count_loss_tokens(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth: int) -> torch.Tensor:
+def count_loss_tokens(loss_mask: torch.Tensor, attention_mask: torch.Tensor, depth: int,
+                      rows: torch.Tensor | None = None) -> torch.Tensor:
     """Loss positions per step ``[depth]`` (int64), for normalising across ranks and micro-batches."""
-    return loss_positions(loss_mask, attention_mask, depth).flatten(1).sum(1)
+    return loss_positions(loss_mask, attention_mask, depth, rows).flatten(1).sum(1)
 
 
 def _shift(x: torch.Tensor, i: int, fill: float | int = 0) -> torch.Tensor:
@@ -100,8 +120,10 @@ def target_outputs(final_hidden: torch.Tensor, lm_head_weight: torch.Tensor, hea
 
 
 def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor, attention_mask: torch.Tensor,
-                  depth: int, checkpoint_attention: bool = True):
-    """Yield the pre-norm hidden ``[B, T-1, H]`` of each step ``i = 0..depth-1`` (row ``t`` predicts ``x_{t+i+2}``)."""
+                  depth: int, checkpoint_attention: bool = True, rows_deep: torch.Tensor | None = None):
+    """Yield the pre-norm hidden ``[B, T-1, H]`` of each step ``i = 0..depth-1`` (row ``t`` predicts ``x_{t+i+2}``).
+
+    ``rows_deep`` (:func:`deep_rows`): steps ``i >= 1`` run those rows only (``[B, len(rows_deep), H]``)."""
     rows = input_ids.shape[1] - 1
     valid = attention_mask.bool()
     row_valid = valid[:, :rows] & valid[:, 1:]
@@ -109,16 +131,18 @@ def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor
     mask0 = causal_mask(row_valid, rows)  # [B, 1, R, R]
     emb_all = head.embed(input_ids)  # [B, T, H] (frozen target embedding)
     h = head.project(fused[:, :rows])  # [B, R, H]
-
-    def attention(q, k0, v0, dk, dv):
-        return attend(q, k0, v0, mask0, dk, dv)
+    pos, mask = pos0, mask0
 
     k0 = v0 = dk = dv = None
     diag_k: list[torch.Tensor] = []
     diag_v: list[torch.Tensor] = []
     for i in range(depth):
         emb = _shift(emb_all, i + 1)[:, :rows]  # token x_{t+i+1} for row t
-        q, k, v, res = head.qkv(emb, h, pos0 + i)
+        if i >= 1 and rows_deep is not None:
+            emb = emb[:, rows_deep]
+            if i == 1:  # queries from the kept rows; the step-0 keys of every row stay visible
+                h, pos, mask = h[:, rows_deep], pos0[:, rows_deep], mask0[:, :, rows_deep]
+        q, k, v, res = head.qkv(emb, h, pos + i)
         if i == 0:
             k0, v0 = k, v
         else:
@@ -126,21 +150,25 @@ def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor
             diag_v.append(v)
             dk = torch.stack(diag_k, dim=2)  # [B, kvH, i, R, d]: own keys from steps 1..i
             dv = torch.stack(diag_v, dim=2)
-        if checkpoint_attention and torch.is_grad_enabled():
-            attn = checkpoint(attention, q, k0, v0, dk, dv, use_reentrant=False)
+        if checkpoint_attention and torch.is_grad_enabled():  # the mask is an argument: recomputed later, it
+            attn = checkpoint(attend, q, k0, v0, mask, dk, dv, use_reentrant=False)  # must be this step's
         else:
-            attn = attention(q, k0, v0, dk, dv)
+            attn = attend(q, k0, v0, mask, dk, dv)
         h = head.finish(attn, res)  # [B, R, H] pre-norm: fed to step i+1
         yield i, h
 
 
 def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: torch.Tensor, *, depth: int = 7,
             decay: float = 0.8, checkpoint_attention: bool = True, labels: str = "soft",
-            accuracy: bool = True) -> RolloutOutput:
+            accuracy: bool = True, deep_stride: int = 1) -> RolloutOutput:
     """Run the ``depth``-step rollout on one batch and return per-step loss sums and accuracies.
 
     ``accuracy=False`` skips the top-1 agreement (``correct`` is all zeros) and with it the target's
     full-vocabulary output product; the loss is the same.
+
+    ``deep_stride > 1``: steps ``1..depth-1`` run every ``deep_stride``-th row only (:func:`deep_rows`); each
+    kept row's losses are exactly those of the full rollout, and each step's loss stays a mean over its
+    own rows, so the cost of the deep steps drops ``deep_stride``-fold for a noisier estimate of them.
 
     ``labels="soft"``: cross-entropy to the target's distribution restricted to the draft vocabulary and
     renormalised. ``labels="argmax"``: cross-entropy to the top token of that restricted distribution.
@@ -159,7 +187,10 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
     rows = ids.shape[1] - 1
     if rows < 2:
         raise ValueError(f"sequences must hold at least 3 tokens, got {ids.shape[1]}")
-    positions_ok = loss_positions(batch["loss_mask"], amask, depth)  # [depth, B, R]
+    if deep_stride < 1:
+        raise ValueError(f"deep_stride must be >= 1, got {deep_stride}")
+    rows_deep = deep_rows(ids, deep_stride)
+    positions_ok = loss_positions(batch["loss_mask"], amask, depth, rows_deep)  # [depth, B, R]
     with torch.no_grad():
         # [B, T, Vd] logits within the draft vocabulary, [B, T] full-vocabulary top token (target ids)
         tgt_logits, tgt_top = target_outputs(batch["final_hidden"], lm_head_weight, head, want_top=accuracy)
@@ -168,13 +199,14 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
         else:
             tgt_p = torch.zeros_like(tgt_logits).scatter_(-1, tgt_logits.argmax(-1, keepdim=True), 1.0)
     loss_sums, counts, correct = [], [], []
-    for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention):
-        sel = positions_ok[i]  # [B, R]
+    for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention, rows_deep):
+        cols = rows_deep if i >= 1 and rows_deep is not None else slice(None)
+        sel = positions_ok[i][:, cols]  # [B, R] (or the deep rows)
         # The output layer only where a loss is taken (prompt rows, padding and the sequence tails are
         # skipped): the draft-vocabulary product is about half of a step's matmuls at SmolLM2's sizes.
         logits = head.logits(h[sel]).float()  # [N, Vd]
         # The target's output at position j is its distribution over x_{j+1}: x_{t+i+2} comes from j = t+i+1.
-        p = _shift(tgt_p, i + 1)[:, :rows][sel]
+        p = _shift(tgt_p, i + 1)[:, :rows][:, cols][sel]
         ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)  # [N]
         loss_sums.append(ce.sum())
         counts.append(sel.sum())
@@ -183,7 +215,7 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
             continue
         with torch.no_grad():
             pred = head.draft_to_target(logits.argmax(-1))
-            top = _shift(tgt_top, i + 1, fill=-1)[:, :rows][sel]
+            top = _shift(tgt_top, i + 1, fill=-1)[:, :rows][:, cols][sel]
             correct.append((pred == top).sum())
     weights = torch.tensor([decay ** i for i in range(depth)], device=ids.device)
     return RolloutOutput(torch.stack(loss_sums), torch.stack(counts).float(), torch.stack(correct).float(), weights)

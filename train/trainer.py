@@ -24,7 +24,7 @@ from .data import build_dataset, collate_tokens, count_tokens
 from .features import FeatureDataset, OnlineFeatures, collate_features
 from .recipe import (CheckpointStore, RolloutModule, TrainConfig, build_head, cosine_with_warmup, data_config,
                      describe_vocab, load_target, load_token_counts)
-from .rollout import count_loss_tokens
+from .rollout import count_loss_tokens, deep_rows
 
 
 class MicroBatches:
@@ -202,7 +202,7 @@ def _setup(cfg: TrainConfig) -> _Run:
     else:
         feature_key, online = "fused", OnlineFeatures(target, layer_ids)
     model = RolloutModule(head, target.get_output_embeddings().weight, cfg.rollout.depth, cfg.rollout.decay,
-                          cfg.rollout.checkpoint_attention, cfg.rollout.labels)
+                          cfg.rollout.checkpoint_attention, cfg.rollout.labels, cfg.rollout.deep_stride)
     opt = cfg.optim
     optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -267,7 +267,9 @@ def _step(cfg: TrainConfig, run: _Run, step: int, window: dict) -> int:
     """One optimizer step (``grad_accum`` micro-batches); adds its sums to ``window``; returns the epoch."""
     accelerator, model, opt, depth = run.accelerator, run.model, cfg.optim, cfg.rollout.depth
     micro = [run.data[step * opt.grad_accum + j] for j in range(opt.grad_accum)]
-    counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth) for b, _ in micro)
+    stride = cfg.rollout.deep_stride
+    counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth, deep_rows(b["input_ids"], stride))
+                       for b, _ in micro)
     norms = accelerator.reduce(counts_local.to(accelerator.device).float(), reduction="sum")
     # accelerator.backward divides by grad_accum and DDP/DeepSpeed average over processes; the loss is
     # already normalised by global token counts, so scale those two factors back out.

@@ -2,6 +2,7 @@
 two processes == one, atomic checkpoints, configs."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from eaglehead.draftheads.checkpoint import load_pretrained, save_pretrained
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.train import recipe as recipe_mod
+from eaglehead.train import trainer as trainer_mod
 from eaglehead.train.config import load_config
 from eaglehead.train.data import build_dataset, collate_tokens
 from eaglehead.train.features import FeatureDataset, OnlineFeatures
@@ -374,3 +376,35 @@ def test_a_second_head_finds_the_draft_vocabulary_beside_the_features(workspace)
     got = load_pretrained(workspace / "v_e1" / "head")
     assert got.config.draft_vocab_size == 100
     assert torch.equal(got.target_ids.cpu(), want.target_ids.cpu())
+
+
+def test_deep_stride_trains_and_normalises_by_its_own_rows(workspace, monkeypatch):
+    """rollout.deep_stride=2 end to end: the trainer's global loss-token counts (the normaliser) are the
+    rollout's own counts, so the logged per-step losses are means over the rows each step trained."""
+    seen = []
+    real = recipe_mod.rollout
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append((kwargs["deep_stride"], out.counts.clone()))
+        return out
+
+    monkeypatch.setattr(recipe_mod, "rollout", spy)
+    normalisers = []
+    real_count = trainer_mod.count_loss_tokens
+
+    def count_spy(*args):
+        got = real_count(*args)
+        normalisers.append(got.clone())
+        return got
+
+    monkeypatch.setattr(trainer_mod, "count_loss_tokens", count_spy)
+    cfg = load_config(TrainConfig, write_config(workspace, "stride2", **{"rollout.deep_stride": 2,
+                                                                          "optim.max_steps": 2, "save_every": 0}))
+    train(cfg)
+    assert [s for s, _ in seen] == [2, 2]
+    for (_, counts), norm in zip(seen, normalisers, strict=True):
+        assert torch.equal(counts, norm.float()) and counts[1] < counts[0]
+    assert all(math.isfinite(m["loss"]) for m in metrics(workspace / "stride2"))
+    with pytest.raises(ValueError, match="deep_stride"):
+        recipe_mod.RolloutConfig(deep_stride=0)

@@ -10,7 +10,8 @@ from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.draftheads.taps import FeatureTaps
 from eaglehead.draftheads.vocab import build_draft_vocab
-from eaglehead.train.rollout import count_loss_tokens, loss_positions, rollout, rollout_steps, target_outputs
+from eaglehead.train.rollout import (count_loss_tokens, deep_rows, loss_positions, rollout, rollout_steps,
+                                     target_outputs)
 from tests.tiny_models import tiny_llama
 
 V = 64
@@ -222,3 +223,53 @@ def test_bad_arguments(target):
         rollout(head, batch, target.get_output_embeddings().weight, decay=1.5)
     with pytest.raises(ValueError, match="labels"):
         rollout(head, batch, target.get_output_embeddings().weight, labels="hard")
+
+
+@pytest.mark.parametrize("stride", [2, 3])
+def test_deep_stride_keeps_each_kept_rows_losses_and_gradients(target, stride):
+    """Steps >= 1 on every stride-th row only: step 0 is untouched, every kept row's loss at every step is
+    the full rollout's, and the gradient equals the full rollout's with the other rows' deep losses
+    dropped (checkpointed attention included: its recomputation must use each step's own mask)."""
+    head = make_head(target)
+    seq = torch.randint(0, V, (2, 13), generator=torch.Generator().manual_seed(11))
+    amask = torch.ones_like(seq)
+    amask[1, 10:] = 0
+    batch = features(target, head, seq, amask)
+    batch["loss_mask"][0, :3] = 0
+    lm_w = target.get_output_embeddings().weight
+    depth = 4
+    rows = deep_rows(seq, stride)
+    assert rows is not None and rows[0] == int(seq.sum()) % stride and torch.all(rows.diff() == stride)
+    full_ok = loss_positions(batch["loss_mask"], amask, depth)
+    kept_ok = loss_positions(batch["loss_mask"], amask, depth, rows)
+    assert torch.equal(kept_ok[0], full_ok[0]) and kept_ok[1:].sum() < full_ok[1:].sum()
+    assert torch.equal(count_loss_tokens(batch["loss_mask"], amask, depth, rows), kept_ok.flatten(1).sum(1))
+
+    head.zero_grad()
+    out = rollout(head, batch, lm_w, depth=depth, deep_stride=stride)
+    (out.loss_sums * out.weights).sum().backward()
+    got = {n: p.grad.clone() for n, p in head.named_parameters() if p.grad is not None}
+    assert torch.equal(out.counts, kept_ok.flatten(1).sum(1).float())
+
+    head.zero_grad()
+    with torch.no_grad():
+        tgt = torch.softmax(target_outputs(batch["final_hidden"], lm_w, head, want_top=False)[0], -1)
+    ref_sums = []
+    for i, h in rollout_steps(head, seq, batch["fused"], amask, depth):  # every row, masked afterwards
+        p = tgt[:, i + 1:][:, : h.shape[1]]
+        logq = torch.log_softmax(head.logits(h).float(), -1)[:, : p.shape[1]]
+        ref_sums.append((-(p * logq).sum(-1) * kept_ok[i][:, : p.shape[1]]).sum())
+    ref = torch.stack(ref_sums)
+    (ref * out.weights).sum().backward()
+    torch.testing.assert_close(out.loss_sums.detach(), ref.detach(), atol=1e-4, rtol=1e-5)
+    for n, g in got.items():
+        torch.testing.assert_close(g, head.get_parameter(n).grad, atol=1e-5, rtol=1e-4)
+
+
+def test_deep_rows_offsets_vary_with_the_batch():
+    offsets = {int(deep_rows(torch.tensor([[k] + [0] * 8]), 3)[0]) for k in range(6)}
+    assert offsets == {0, 1, 2}
+    assert deep_rows(torch.zeros(2, 9, dtype=torch.long), 1) is None
+    with pytest.raises(ValueError, match="deep_stride"):
+        rollout(None, {"input_ids": torch.zeros(1, 5, dtype=torch.long), "attention_mask": torch.ones(1, 5)},
+                torch.zeros(1), depth=2, deep_stride=0)
