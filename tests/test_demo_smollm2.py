@@ -250,3 +250,20 @@ def test_ship_built_copies_verified_artifacts(stand_ins, tmp_path):
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
     with pytest.raises(ValueError, match="sha256"):
         ship_built(out, root, ("eagle3",), overwrite=True)
+
+
+def test_the_shipped_chat_data_is_intact_and_large_enough(tmp_path):
+    """The shipped SmolLM2 chat data: its hashes hold, it unpacks to the conversations its manifest hashed,
+    and it carries at least the 400k assistant tokens the recipe asks for, written by the target."""
+    from eaglehead.demo_smollm2 import ASSETS, assets_root, unpack_data, verify_asset
+
+    shipped = assets_root() / ASSETS["data"]
+    recipe = verify_asset(shipped)
+    manifest = json.loads((shipped / "manifest.json").read_text())
+    assert manifest["answer_tokens"] >= 400_000
+    assert json.loads((shipped / "data_config.json").read_text())["target"] == "builtin:smollm2-135m-instruct"
+    path, _ = unpack_data(shipped, tmp_path)
+    assert file_sha256(path) == manifest["sha256"] == recipe["inputs"]["conversations_sha256"]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == manifest["conversations"] == 1678
+    assert sum(sum(m["role"] == "user" for m in r["messages"]) == 2 for r in rows) == manifest["followups"]
