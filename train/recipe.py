@@ -305,6 +305,15 @@ def load_token_counts(output_dir: Path) -> torch.Tensor | None:
     return load_file(str(path))["token_counts"] if path.is_file() else None
 
 
+def recipe_token_counts(cfg: "TrainConfig") -> torch.Tensor | None:
+    """The draft vocabulary's token counts for ``cfg``: from its output_dir, else from beside the feature
+    cache (prepare writes both), else None."""
+    counts = load_token_counts(Path(cfg.output_dir))
+    if counts is None and cfg.features.dir:
+        counts = load_token_counts(Path(cfg.features.dir))
+    return counts
+
+
 def describe_vocab(head: Eagle3Head, counts: torch.Tensor | None) -> str:
     size = head.config.draft_vocab_size
     if counts is None or size == head.config.target_vocab_size:

@@ -23,7 +23,7 @@ from .config import save_config
 from .data import build_dataset, collate_tokens, count_tokens
 from .features import FeatureDataset, OnlineFeatures, collate_features
 from .recipe import (CheckpointStore, RolloutModule, TrainConfig, build_head, cosine_with_warmup, data_config,
-                     describe_vocab, load_target, load_token_counts)
+                     describe_vocab, load_target, load_token_counts, recipe_token_counts)
 from .rollout import count_loss_tokens, deep_rows
 
 
@@ -129,10 +129,7 @@ def _data(cfg: TrainConfig, accelerator, target, tok):
     out_dir = Path(cfg.output_dir)
     if cfg.features.dir and (Path(cfg.features.dir) / "index.json").is_file():
         ds = FeatureDataset(cfg.features.dir)
-        counts = load_token_counts(out_dir)
-        if counts is None:  # prepare also leaves them beside the features it cached
-            counts = load_token_counts(Path(cfg.features.dir))
-        return ds, lambda rows: collate_features(rows, pad), counts
+        return ds, lambda rows: collate_features(rows, pad), recipe_token_counts(cfg)
     with accelerator.main_process_first():
         ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
     counts = load_token_counts(out_dir)

@@ -408,3 +408,18 @@ def test_deep_stride_trains_and_normalises_by_its_own_rows(workspace, monkeypatc
     assert all(math.isfinite(m["loss"]) for m in metrics(workspace / "stride2"))
     with pytest.raises(ValueError, match="deep_stride"):
         recipe_mod.RolloutConfig(deep_stride=0)
+
+
+def test_bench_step_times_strides_on_the_recipes_batches(workspace, capsys):
+    from eaglehead.train import bench_step
+
+    cfg = write_config(workspace, "bench", **{"head.init_from": None, "features.dir": str(workspace / "bcache"),
+                                              "features.dtype": "float32"})
+    prepare(load_config(TrainConfig, cfg))
+    assert bench_step.main(["--config", str(cfg), "--batches", "0,1", "--strides", "1,2", "--repeats", "1"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert [r["micro_batch"] for r in lines] == [0, 1]
+    assert all(set(r["seconds"]) == {"1", "2"} and r["speedup_vs_first"]["1"] == 1.0 and r["loss_tokens"] > 0
+               for r in lines)
+    with pytest.raises(ValueError, match="no feature cache"):
+        bench_step.main(["--config", str(write_config(workspace, "bench2")), "--repeats", "1"])
