@@ -604,8 +604,85 @@ def ship_built(out: Path, root: Path, kinds: tuple[str, ...] = ("eagle3", "eagle
     return shipped
 
 
+def _launch_records(run: Path) -> list[dict]:
+    path = run / "launches.jsonl"
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file; {run} was not written by this version of eaglehead.train")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Path:
+    """Ship a finished training run of the README's recipe (not ``--retrain``'s layout) as the ``kind``
+    artifact, in float16: the EAGLE-3 head in the EAGLE-3 layout the engines load, the EAGLE-1 ablation in
+    eaglehead's layout, the draft LM as ``python -m eaglehead.draft_lm`` wrote it. The recipe records the
+    commands, the resolved config, every launch of the run (start step, commit, threads), the data's sha256
+    (which must be the shipped data's), the steps and final metrics, and the commit shipping it."""
+    import torch
+
+    from eaglehead.draftheads.checkpoint import export_eagle3, load_pretrained, save_pretrained
+    from eaglehead.train.config import load_config
+    from eaglehead.train.recipe import TrainConfig
+
+    if kind not in ASSETS or kind == "data":
+        raise ValueError(f"kind: expected one of eagle3, eagle1, draft-lm, got {kind!r}")
+    dest = root / ASSETS[kind]
+    if dest.exists() and any(dest.iterdir()) and not overwrite:
+        raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
+    shipped_data = verify_asset(root / ASSETS["data"], rebuild=data_rebuild_hint(root / ASSETS["data"]))
+    want = shipped_data["inputs"]["conversations_sha256"]
+    staging = dest.with_name(dest.name + ".build")
+    shutil.rmtree(staging, ignore_errors=True)
+    if kind == "draft-lm":
+        recipe = verify_asset(run)
+        trained_on = recipe.get("inputs", {}).get("data", {}).get("sha256")
+        if trained_on != want:
+            raise ValueError(f"{run}: trained on data with sha256 {trained_on}, not the shipped data ({want})")
+        staging.mkdir(parents=True)
+        for name in recipe["files"]:
+            shutil.copyfile(run / name, staging / name)
+        recipe = {k: v for k, v in recipe.items() if k != "files"}
+    else:
+        summary_file = run / "summary.json"
+        if not summary_file.is_file():
+            raise ValueError(f"{summary_file}: no such file; the training in {run} has not finished")
+        cfg = load_config(TrainConfig, run / "config.yaml")
+        if cfg.head.type != kind:
+            raise ValueError(f"{run}: holds an {cfg.head.type} head, not {kind}")
+        data = Path(cfg.data.sources[0])
+        from eaglehead.builtin.shipped import file_sha256
+
+        if len(cfg.data.sources) != 1 or not data.is_file() or file_sha256(data) != want:
+            raise ValueError(f"{run}: its data {cfg.data.sources} is not the shipped chat data (sha256 {want})")
+        launches = _launch_records(run)
+        head = load_pretrained(run / "head")
+        if kind == "eagle3":
+            export_eagle3(head, staging, dtype=torch.float16)
+        else:
+            save_pretrained(head.to(torch.float16), staging)
+        summary = json.loads(summary_file.read_text())
+        argv = launches[-1]["argv"]
+        config_arg = argv[argv.index("--config") + 1] if "--config" in argv else str(CONFIG)
+        recipe = {"commands": [
+                      f"eaglehead prepare --config {config_arg} --cache-features {cfg.features.dir}",
+                      "accelerate launch --config_file configs/accelerate/cpu.yaml "
+                      f"-m eaglehead.train {shlex.join(argv)}"],
+                  "config": (run / "config.yaml").read_text(), "launches": launches,
+                  "inputs": {"data_sha256": want, "target": cfg.model.target},
+                  "results": {"steps": summary.get("step"), "metrics": summary.get("metrics")},
+                  "format": ("EAGLE-3 layout (vLLM / SGLang), float16" if kind == "eagle3"
+                             else "eaglehead layout, float16")}
+    recipe["commit"] = source_commit()
+    packed = package_artifact(staging, staging.with_name(staging.name + ".packed"), recipe)
+    shutil.rmtree(staging)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(packed, dest)
+    verify_asset(dest)
+    return dest
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m eaglehead.demo_smollm2 ship-data|ship-built``: put built artifacts where the demo finds them."""
+    """``python -m eaglehead.demo_smollm2 ship-data|ship-built|ship-run``: put built artifacts where the demo
+    finds them."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m eaglehead.demo_smollm2", description=main.__doc__)
@@ -615,7 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("ship-built", help="copy what --retrain built into the shipped assets")
     b.add_argument("--out", default="runs/demo-smollm2", help="the --out of the --retrain run")
     b.add_argument("--kinds", default="eagle3,eagle1,draft-lm")
-    for p in (d, b):
+    r = sub.add_parser("ship-run", help="ship a finished run of the README's recipe (float16, with its recipe)")
+    r.add_argument("--run", required=True, help="the run's output_dir (or the draft LM's out)")
+    r.add_argument("--kind", required=True, choices=["eagle3", "eagle1", "draft-lm"])
+    for p in (d, b, r):
         p.add_argument("--assets", default=None, help="shipped assets directory (default: the package's)")
         p.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
@@ -623,6 +703,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "ship-data":
         dest = ship_data(Path(args.chat_dir), root / ASSETS["data"], overwrite=args.overwrite)
         print(f"shipped {dest} ({(dest / DATA_FILE).stat().st_size / 2**20:.1f} MiB compressed)")
+    elif args.what == "ship-run":
+        dest = ship_run(Path(args.run), args.kind, root, overwrite=args.overwrite)
+        print(f"shipped {dest} ({sum(p.stat().st_size for p in dest.iterdir()) / 2**20:.1f} MiB)")
     else:
         for dest in ship_built(Path(args.out), root, tuple(args.kinds.split(",")), overwrite=args.overwrite):
             print(f"shipped {dest}")

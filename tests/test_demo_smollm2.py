@@ -267,3 +267,67 @@ def test_the_shipped_chat_data_is_intact_and_large_enough(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == manifest["conversations"] == 1678
     assert sum(sum(m["role"] == "user" for m in r["messages"]) == 2 for r in rows) == manifest["followups"]
+
+
+def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path):
+    """A run of the README's recipe (here 2 steps on a tiny target) ships as the EAGLE-3 layout in float16,
+    with its commands, config, launches, data hash and metrics; runs on other data, unfinished runs and
+    occupied destinations are refused."""
+    import yaml
+    from safetensors import safe_open
+
+    from eaglehead.demo_smollm2 import ship_run, verify_asset
+    from eaglehead.draftheads.checkpoint import head_layout, load_head
+    from eaglehead.train.config import load_config
+    from eaglehead.train.recipe import TrainConfig
+    from eaglehead.train.trainer import train
+
+    chat = tmp_path / "conversations.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"count to {i}"},
+                          {"role": "assistant", "content": " ".join(WORDS[: 2 + i % 6])}]} for i in range(12)]
+    chat.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = tmp_path / "assets"
+    (root / "smollm2_data").mkdir(parents=True)
+    (root / "smollm2_data" / "conversations.jsonl.xz").write_bytes(lzma.compress(chat.read_bytes()))
+    _recipe(root / "smollm2_data")
+    recipe = json.loads((root / "smollm2_data" / "recipe.json").read_text())
+    recipe["inputs"] = {"conversations_sha256": file_sha256(chat)}
+    (root / "smollm2_data" / "recipe.json").write_text(json.dumps(recipe))
+
+    def run_of(kind, name, data=chat):
+        cfg = {"output_dir": str(tmp_path / name), "model": {"target": str(stand_ins / "target")},
+               "data": {"sources": [str(data)], "max_length": 64},
+               "head": {"type": kind, "draft_vocab_size": 64, **({"fused_layer_ids": None} if kind == "eagle1" else {})},
+               "rollout": {"depth": 2, "deep_stride": 2}, "optim": {"max_steps": 2, "micro_batch_size": 2},
+               "save_every": 0, "log_every": 1}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        from eaglehead.train.prepare import prepare
+
+        prepare(load_config(TrainConfig, path))
+        train(load_config(TrainConfig, path))
+        return tmp_path / name
+
+    e3 = run_of("eagle3", "e3")
+    dest = ship_run(e3, "eagle3", root)
+    got = verify_asset(dest)
+    assert head_layout(dest) == "eagle3" and got["inputs"]["data_sha256"] == file_sha256(chat)
+    assert got["results"]["steps"] == 2 and got["launches"][0]["start_step"] == 0 and got["commit"] is not None
+    assert got["commands"][1].startswith("accelerate launch --config_file configs/accelerate/cpu.yaml -m eaglehead.train")
+    with safe_open(str(dest / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys() if f.get_tensor(k).is_floating_point()} == {torch.float16}
+    assert load_head(dest).config.draft_vocab_size == 64
+    with pytest.raises(ValueError, match="--overwrite"):
+        ship_run(e3, "eagle3", root)
+    e1 = run_of("eagle1", "e1")
+    assert head_layout(ship_run(e1, "eagle1", root)) == "eaglehead"
+    with pytest.raises(ValueError, match="not eagle3"):
+        ship_run(e1, "eagle3", root, overwrite=True)
+    other = tmp_path / "other.jsonl"
+    other.write_text(chat.read_text().replace("count", "list"))
+    with pytest.raises(ValueError, match="not the shipped chat data"):
+        ship_run(run_of("eagle3", "e3other", other), "eagle3", root, overwrite=True)
+    (e3 / "summary.json").unlink()
+    with pytest.raises(ValueError, match="has not finished"):
+        ship_run(e3, "eagle3", root, overwrite=True)
+
