@@ -247,3 +247,27 @@ def test_the_smollm2_recipe_is_small_and_documents_its_command(workspace):
     assert model.config.tie_word_embeddings and model.config.vocab_size == 49152
     assert model.num_parameters() == 3_277_120  # 49152 x 64 embedding + 2 x 65,664 + 64: 6.55 MB in float16
     assert 2 * model.num_parameters() <= 7 * 10 ** 6
+
+
+def test_ship_run_ships_the_finished_draft_lm_with_the_shipped_data_only(workspace, finished, tmp_path):
+    from eaglehead.demo_smollm2 import ship_run, verify_asset
+
+    root_dir, _ = workspace
+    out, recipe = finished
+
+    def assets(digest):
+        root = tmp_path / digest[:8]
+        (root / "smollm2_data").mkdir(parents=True)
+        (root / "smollm2_data" / "conversations.jsonl.xz").write_bytes(b"xz")
+        (root / "smollm2_data" / "recipe.json").write_text(json.dumps(
+            {"files": {"conversations.jsonl.xz": file_sha256(root / "smollm2_data" / "conversations.jsonl.xz")},
+             "inputs": {"conversations_sha256": digest}}))
+        return root
+
+    root = assets(file_sha256(root_dir / "chat.jsonl"))
+    dest = ship_run(out, "draft-lm", root)
+    shipped = verify_asset(dest)
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*recipe["files"], "recipe.json"])
+    assert shipped["results"] == recipe["results"] and "commit" in shipped
+    with pytest.raises(ValueError, match="not the shipped data"):
+        ship_run(out, "draft-lm", assets("0" * 64))
