@@ -36,7 +36,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Callable
 
-from eaglehead.builtin.shipped import MissingArtifactError, package_artifact, source_commit, verify_artifact
+from eaglehead.builtin.shipped import (MissingArtifactError, file_sha256, package_artifact, source_commit,
+                                       verify_artifact)
 from eaglehead.demo import CONFIGS, _key, _pick, _say, _stamp, _stamped, first_token_check, stage_timer
 
 TARGET = "builtin:smollm2-135m-instruct"
@@ -555,7 +556,6 @@ def ship_data(chat_dir: Path, dest: Path, *, overwrite: bool = False) -> Path:
     """Ship the chat data the target wrote (``eaglehead prepare --data-config``'s ``conversations.jsonl``,
     checked against its ``manifest.json``) into ``dest``, xz-compressed, with a recipe.json holding the
     command, the data config, the manifest, the uncompressed file's sha256 and the commit."""
-    from eaglehead.builtin.shipped import file_sha256
     from eaglehead.demo_target import package_versions
 
     conversations, manifest_file = chat_dir / "conversations.jsonl", chat_dir / "manifest.json"
@@ -649,8 +649,6 @@ def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Pa
         if cfg.head.type != kind:
             raise ValueError(f"{run}: holds an {cfg.head.type} head, not {kind}")
         data = Path(cfg.data.sources[0])
-        from eaglehead.builtin.shipped import file_sha256
-
         if len(cfg.data.sources) != 1 or not data.is_file() or file_sha256(data) != want:
             raise ValueError(f"{run}: its data {cfg.data.sources} is not the shipped chat data (sha256 {want})")
         launches = _launch_records(run)
