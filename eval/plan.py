@@ -63,6 +63,7 @@ class EvalPlan:
     max_prompts: int | None = None
     out: str = "runs/eval"
     overwrite: bool = False
+    resume: bool = False  # replay the calls a killed run journaled in ``out`` (eval/journal.py)
     seed: int = 0
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     dtype: str = "float32"
@@ -80,8 +81,15 @@ class EvalPlan:
             raise ValueError(f"drafts: unknown method(s) {bad_drafts}; expected keys among {list(PATH_OPTION)}")
         self.drafts = {m: str(p) for m, p in self.drafts.items() if p}
         out = Path(self.out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not self.overwrite:
-            raise ValueError(f"--out {str(out)!r} exists and is not empty; pass --overwrite to write into it")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite contradict each other: --resume continues the run in --out, "
+                             "--overwrite starts it again")
+        if self.resume and not (out / "calls.jsonl").is_file():
+            raise ValueError(f"--resume: --out {str(out)!r} holds no journal of an earlier run (calls.jsonl); "
+                             "drop --resume to start one")
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (self.overwrite or self.resume):
+            hint = " or --resume to continue the run it holds" if (out / "calls.jsonl").is_file() else ""
+            raise ValueError(f"--out {str(out)!r} exists and is not empty; pass --overwrite to write into it{hint}")
         self.temperatures = tuple(self.temperatures)
         if not self.temperatures or any(not (isinstance(t, (int, float)) and not isinstance(t, bool) and
                                              math.isfinite(t) and t >= 0) for t in self.temperatures):
@@ -232,7 +240,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tune-fraction", type=float, default=0.25, help="share of each category used to tune gamma")
     a("--max-prompts", type=int, default=None, help="use at most this many prompts per split (quick runs)")
     a("--out", default="runs/eval", help="output directory (must be empty unless --overwrite)")
-    a("--overwrite", action="store_true", help="write into a non-empty --out")
+    a("--overwrite", action="store_true", help="write into a non-empty --out (an earlier run there starts over)")
+    a("--resume", action="store_true", help="continue the run journaled in --out (calls.jsonl): finished "
+      "batches are replayed, the rest measured; the plan must be the same")
     a("--seed", type=int, default=0)
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a("--dtype", default="float32", help="float32 | bfloat16 | float16")
@@ -252,5 +262,5 @@ def plan_from_args(args: argparse.Namespace,
                     batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)), max_new_tokens=args.max_new_tokens,
                     repeats=args.repeats, report_to=args.report_to, wandb_project=args.wandb_project,
                     tune_fraction=args.tune_fraction, max_prompts=args.max_prompts, out=str(args.out),
-                    overwrite=args.overwrite, seed=args.seed, device=args.device, dtype=args.dtype,
+                    overwrite=args.overwrite, resume=args.resume, seed=args.seed, device=args.device, dtype=args.dtype,
                     drafter_factories=dict(drafter_factories or {}))

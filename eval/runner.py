@@ -39,12 +39,13 @@ from eaglehead.decode.drafters import output_vocab_size
 from . import schedule
 from .assembly import hardware, identity_summary, method_records, report_config
 from .gamma_select import choose_gamma, gamma_samples_from_metrics
+from .journal import Journal, path_digest, plan_fingerprint
 from .metrics import compute_metrics, itl_samples
 from .plan import DRAFTER_METHODS, PATH_OPTION, EvalPlan
 from .prompts import expand_turns
 from .report import check_report_consistency, collect_versions, fill_speedups, write_report
 from .schedule import Item, Models
-from .turns import earlier_answers
+from .turns import earlier_answers, model_fingerprint
 
 
 def _check_vocab(option: str, size: int, target_size: int) -> None:
@@ -92,11 +93,11 @@ def _load_models(plan: EvalPlan):
 
 
 def _tune_gammas(plan: EvalPlan, models: Models, tune: list[Item], spec: list[str], state: dict, bar,
-                 selections: list, sweeps: list) -> dict[str, list[int]]:
+                 selections: list, sweeps: list, journal: Journal) -> dict[str, list[int]]:
     """``--gamma auto``: each drafting method's gamma, chosen on the tune split (records appended) by
     ``choose_gamma``: medians over the repeats and a fitted round-time model, not single timings."""
     tuned = schedule.run_state(models, tune, [(m, g) for m in spec for g in plan.gammas], state["temperature"],
-                               state["batch_size"], bar, repeats=plan.repeats)
+                               state["batch_size"], bar, repeats=plan.repeats, journal=journal, phase="tune")
     chosen = {}
     for m in spec:
         per_g = {g: [compute_metrics(schedule.repeat_results(tuned[(m, g)], k)) for k in range(plan.repeats)]
@@ -117,6 +118,9 @@ def run_eval(plan: EvalPlan) -> dict:
     """Run the evaluation ``plan`` describes, write the report into ``plan.out`` and return it."""
     tune_prompts, test_prompts = plan.load_prompts()  # prompt errors come before any model is loaded
     models, tok = _load_models(plan)
+    journal = Journal(plan.out, plan_fingerprint(plan.to_dict(), model_fingerprint(models.target),
+                                                 {m: path_digest(p) for m, p in sorted(plan.drafts.items())}),
+                      resume=plan.resume)
     # Multi-turn prompts: turn k is asked after the target's own (cached, greedy) answers to turns < k.
     answers = earlier_answers(models.target, tok, tune_prompts + test_prompts, max_new_tokens=plan.max_new_tokens,
                               eos=models.eos, pad_id=models.pad_id)
@@ -140,9 +144,9 @@ def run_eval(plan: EvalPlan) -> dict:
             state = dict(prompt_set=plan.prompt_set, temperature=temp, batch_size=bsz)
             chosen = {m: list(plan.gammas) for m in spec}
             if plan.gamma_mode == "auto" and spec:
-                chosen = _tune_gammas(plan, models, tune, spec, state, bar, selections, sweeps)
+                chosen = _tune_gammas(plan, models, tune, spec, state, bar, selections, sweeps, journal)
             keys = [(m, None) for m in methods if m not in spec] + [(m, g) for m in spec for g in chosen[m]]
-            result = schedule.run_state(models, test, keys, temp, bsz, bar, repeats=plan.repeats)
+            result = schedule.run_state(models, test, keys, temp, bsz, bar, repeats=plan.repeats, journal=journal)
             for key in keys:
                 extra = {"split": "test", "gamma_mode": plan.gamma_mode}
                 if key[0].startswith("hf-"):
@@ -162,7 +166,11 @@ def run_eval(plan: EvalPlan) -> dict:
                                    **state, "split": "test"})
     bar.close()
     fill_speedups(runs)
-    report = {"config": report_config(plan, tok, models.eos, models.pad_id, len(tune), len(test)),
+    if len(journal.launches) > 1:
+        notes.append(f"resumed: the calls were measured over {len(journal.launches)} launches (config.launches); "
+                     "each batch's methods ran side by side within one launch")
+    report = {"config": {**report_config(plan, tok, models.eos, models.pad_id, len(tune), len(test)),
+                         "launches": journal.launches},
               "versions": collect_versions(), "hardware": hardware(models.device), "runs": runs, "sweeps": sweeps,
               "gamma_selection": selections, "itl_samples": itl, "identity": identity_summary(runs), "notes": notes}
     report["consistency_violations"] = check_report_consistency(report)
