@@ -177,10 +177,6 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict, retrai
             _say(f"features: {exc}. Training with online features instead (the target then runs in every "
                  "step of both heads: slower)")
         if features is not None:
-            if "eagle3" in todo:  # prepare counted the draft vocabulary next to the features
-                from eaglehead.train.recipe import VOCAB_FILE
-
-                shutil.copyfile(features / VOCAB_FILE, out / "eagle3" / VOCAB_FILE)
             todo = {kind: ([*overrides, f"features.dir={features}"], cfg) for kind, (overrides, cfg) in todo.items()}
         procs = _launch_side_by_side(out, todo)
         for kind, (p, log) in procs.items():

@@ -209,8 +209,6 @@ def retrain(out: Path, root: Path, target: str, extra: dict[str, list[str]], *,
     and data are unchanged is kept; an interrupted training with the same commands resumes from its last
     checkpoint, a changed one starts over. ``draft_lm_trainer`` replaces the draft LM's recipe, ``run``
     the subprocesses (tests)."""
-    from eaglehead.train.recipe import VOCAB_FILE
-
     data, digest = unpack_data(root / ASSETS["data"], out)
     work = out / "retrain"
     prep = prepare_command(data, work / "features", work / "prepare", target, extra["heads"])
@@ -227,7 +225,6 @@ def retrain(out: Path, root: Path, target: str, extra: dict[str, list[str]], *,
             run(prep, work / "prepare.log")
             prepared = True
         _fresh(work / kind, key)
-        shutil.copyfile(work / "prepare" / VOCAB_FILE, work / kind / VOCAB_FILE)  # the draft vocabulary's counts
         run(cmd, work / kind / "train.log")
         package_artifact(work / kind / "head", dest, {"commands": [shlex.join(prep), shlex.join(cmd)],
                                                    "inputs": inputs, "key": key})
@@ -429,6 +426,25 @@ def subset_lines(sizes: dict, ran: dict) -> list[str]:
     return lines
 
 
+def goal_lines(report: dict, rows: list | None = None, table: dict | None = None) -> list[str]:
+    """The goals table, the chain-ceiling formula and the tau table per category and turn (markdown lines)
+    of one evaluation report: the demo's, or a full MT-bench run's (``goals --report``)."""
+    rows = goals(report) if rows is None else rows
+    lines = ["| goal | met | measured |", "| --- | --- | --- |"]
+    lines += [f"| {g} | {'n/a' if ok is None else 'yes' if ok else 'no'} | {v} |" for g, ok, v in rows]
+    lines += ["", f"Chain ceiling: {CEILING_FORMULA}.", ""]
+    for method in ("eagle3", "eagle1"):
+        t = category_turn_tau(report, method) if table is None or method != "eagle3" else table
+        if not any(v is not None for row in t.values() for v in row.values()):
+            continue
+        name = {"eagle3": "EAGLE-3", "eagle1": "EAGLE-1 (the ablation)"}[method]
+        lines += [f"### {name} tau per category and turn (greedy, batch 1, test split)", "",
+                  "| category | turn 1 | turn 2 | all |", "| --- | --- | --- | --- |"]
+        lines += [f"| {c} | {_f(v['1'])} | {_f(v['2'])} | {_f(v['all'])} |" for c, v in t.items()]
+        lines.append("")
+    return lines
+
+
 def write_summary(out: Path, reports: dict, ran: dict, sizes: dict, check: dict, timings: dict) -> str:
     head = reports[HEADLINE]
     rows, table = goals(head), category_turn_tau(head)
@@ -440,13 +456,7 @@ def write_summary(out: Path, reports: dict, ran: dict, sizes: dict, check: dict,
              "", "## What was evaluated", "", *subset_lines(sizes, ran), "",
              f"## Goals (greedy, batch 1, {HEADLINE} test split)", "",
              f"Full tables and plots: [eval_{HEADLINE}/report.md](eval_{HEADLINE}/report.md).", "",
-             "| goal | met | measured |", "| --- | --- | --- |"]
-    lines += [f"| {g} | {'n/a' if ok is None else 'yes' if ok else 'no'} | {v} |" for g, ok, v in rows]
-    lines += ["", f"Chain ceiling: {CEILING_FORMULA}.", "",
-              "## EAGLE-3 tau per category and turn (greedy, batch 1, test split)", "",
-              "| category | turn 1 | turn 2 | all |", "| --- | --- | --- | --- |"]
-    lines += [f"| {c} | {_f(t['1'])} | {_f(t['2'])} | {_f(t['all'])} |" for c, t in table.items()]
-    lines += ["", "## Exactness", ""]
+             *goal_lines(head, rows, table), "## Exactness", ""]
     lines += [f"- `{n}`: greedy outputs of every exact method identical to vanilla: {r['identity']['all_identical']}; "
               f"report consistency violations: {len(r['consistency_violations'])}" for n, r in reports.items()]
     lines += [f"- First token at temperature {check['temperature']:g} through EAGLE-3 speculative decoding: "
@@ -680,7 +690,7 @@ def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Pa
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m eaglehead.demo_smollm2 ship-data|ship-built|ship-run``: put built artifacts where the demo
-    finds them."""
+    finds them; ``goals --report R``: the goal tables of any evaluation report."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m eaglehead.demo_smollm2", description=main.__doc__)
@@ -693,10 +703,19 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("ship-run", help="ship a finished run of the README's recipe (float16, with its recipe)")
     r.add_argument("--run", required=True, help="the run's output_dir (or the draft LM's out)")
     r.add_argument("--kind", required=True, choices=["eagle3", "eagle1", "draft-lm"])
+    g = sub.add_parser("goals", help="the goals and per-category x turn tau tables of an evaluation report "
+                                     "(e.g. the full MT-bench run's)")
+    g.add_argument("--report", required=True, help="report.json written by eaglehead eval")
     for p in (d, b, r):
         p.add_argument("--assets", default=None, help="shipped assets directory (default: the package's)")
         p.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
+    if args.what == "goals":
+        path = Path(args.report)
+        if not path.is_file():
+            raise ValueError(f"--report {str(path)!r}: no such file (expected eaglehead eval's report.json)")
+        print("\n".join(goal_lines(json.loads(path.read_text()))))
+        return 0
     root = Path(args.assets) if args.assets else assets_root()
     if args.what == "ship-data":
         dest = ship_data(Path(args.chat_dir), root / ASSETS["data"], overwrite=args.overwrite)

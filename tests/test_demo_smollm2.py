@@ -5,6 +5,7 @@ head), the --retrain commands, and the command line."""
 import json
 import lzma
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,6 +106,22 @@ def test_report_goals_and_category_turn_table(demo_run):
             "first_token_check"} <= set(summary["timings_s"])
 
 
+def test_goals_of_any_report_from_the_command_line(demo_run, capsys, tmp_path):
+    from eaglehead.demo_smollm2 import main as tool
+
+    assert tool(["goals", "--report", str(demo_run / "eval_mt-bench" / "report.json")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("| goal | met | measured |\n") and "| EAGLE-3 tau >= 3.2 |" in text
+    # Both heads' tables, every category; the EAGLE-3 one is the demo summary's.
+    assert "### EAGLE-3 tau per category and turn" in text and "### EAGLE-1 (the ablation) tau per" in text
+    assert text.count("| writing |") == 2
+    summary = (demo_run / "report.md").read_text()
+    e3_table = text[text.index("### EAGLE-3"):text.index("### EAGLE-1")].strip()
+    assert e3_table in summary
+    with pytest.raises(ValueError, match="--report .*no such file"):
+        tool(["goals", "--report", str(tmp_path / "none.json")])
+
+
 def test_a_damaged_asset_is_refused_naming_the_file(stand_ins, tmp_path, capsys):
     assets = tmp_path / "assets"
     shutil.copytree(stand_ins / "assets", assets)
@@ -161,11 +178,13 @@ def test_retrain_runs_the_recipe_commands_and_packages_the_heads(stand_ins, tmp_
             shutil.copytree(stand_ins / "assets" / "smollm2_draft_lm", cmd[-1].split("=", 1)[1], dirs_exist_ok=True)
             return
         out_dir = tmp_path / "retrain" / next(a for a in cmd if a.startswith("output_dir=")).split("/")[-1]
-        if cmd[:2] == ["eaglehead", "prepare"]:
-            out_dir.mkdir(parents=True)
-            (out_dir / VOCAB_FILE).write_bytes(b"token counts")
-        else:
-            assert (out_dir / VOCAB_FILE).is_file()  # both heads share the draft vocabulary
+        if cmd[:2] == ["eaglehead", "prepare"]:  # it writes the counts to output_dir and beside the features
+            feats = Path(cmd[cmd.index("--cache-features") + 1])
+            for d in (out_dir, feats):
+                d.mkdir(parents=True, exist_ok=True)
+                (d / VOCAB_FILE).write_bytes(b"token counts")
+        else:  # both heads read the draft vocabulary's counts from beside the shared features
+            assert not (out_dir / VOCAB_FILE).exists() and (tmp_path / "retrain" / "features" / VOCAB_FILE).is_file()
             shutil.copytree(stand_ins / "assets" / f"smollm2_{out_dir.name}", out_dir / "head")
 
     extra = _base_sizes("tiny")["retrain"]

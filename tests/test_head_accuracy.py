@@ -66,8 +66,39 @@ def test_command_line(setup, tmp_path, capsys):
     prompts.write_text("".join(json.dumps({"id": str(i), "category": "c", "prompt": t}) + "\n" for i, t in enumerate(TEXTS)))
     assert ha.main(["--head", head_dir, "--target", target_dir, "--prompts", str(prompts),
                     "--max-new-tokens", "12", "--depth", "2"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = json.loads(capsys.readouterr().out)  # one head: one line
     assert printed["prompts"] == 2 and len(printed["accuracy_by_depth"]) == 2
     assert ha.main(["--head", head_dir, "--target", target_dir, "--prompts", str(tmp_path / "no.jsonl")]) == 2
     with pytest.raises(SystemExit):
         ha.main(["--head", head_dir, "--target", target_dir, "--prompts", str(prompts), "--depth", "0"])
+
+
+def test_several_heads_share_the_continuations_and_the_target_features(setup, tmp_path):
+    target, tok, head_dir, conts, c, _ = setup
+    torch.manual_seed(3)  # a second, random head on the same layers: different figures, same features
+    other = Eagle3Head(Eagle3Config.from_target_config(target.config, draft_vocab_size=8))
+    save_pretrained(other, tmp_path / "other")
+    alone = [ha.head_accuracy(target, tok, d, TEXTS, max_new_tokens=12, depth=3) for d in (head_dir, tmp_path / "other")]
+    forwards = []
+    hook = target.register_forward_hook(lambda *a: forwards.append(1))
+    try:
+        ha.heads_accuracy(target, tok, [head_dir], TEXTS, max_new_tokens=12, depth=3, decode_check=False)
+        one_head = len(forwards)
+        both = ha.heads_accuracy(target, tok, [head_dir, str(tmp_path / "other")], TEXTS, max_new_tokens=12,
+                                 depth=3, decode_check=False)
+    finally:
+        hook.remove()
+    for one, joint in zip(alone, both):
+        assert joint == {k: v for k, v in one.items() if not k.startswith("gamma1_")}
+    assert both[0]["accuracy_by_depth"] != both[1]["accuracy_by_depth"]
+    assert len(forwards) == 2 * one_head  # the second head adds no target forward: features are shared
+
+
+def test_command_line_with_several_heads(setup, tmp_path, capsys):
+    target, tok, head_dir, conts, c, target_dir = setup
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "0", "category": "c", "prompt": TEXTS[0]}) + "\n")
+    assert ha.main(["--head", head_dir, head_dir, "--target", target_dir, "--prompts", str(prompts),
+                    "--max-new-tokens", "6", "--depth", "2", "--no-decode-check"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and lines[0] == lines[1] and "gamma1_rounds" not in lines[0]

@@ -23,18 +23,30 @@ def rollout_agreement(target, head: Eagle3Head, sequences: list[tuple[torch.Tens
                       depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(correct [depth], counts [depth]) over ``sequences``, each ``(ids [1, T], prompt length)``: only
     continuation positions count, as only they are drafted in decoding."""
-    correct, counts = torch.zeros(depth), torch.zeros(depth)
+    return rollout_agreements(target, [head], sequences, depth)[0]
+
+
+def rollout_agreements(target, heads: list[Eagle3Head], sequences: list[tuple[torch.Tensor, int]],
+                       depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`rollout_agreement` of several heads on the same sequences (checkpoints of one training, an
+    ablation): the target runs once per sequence and set of fused layers, not once per head."""
+    results = [(torch.zeros(depth), torch.zeros(depth)) for _ in heads]
     lm_w = target.get_output_embeddings().weight
-    features = OnlineFeatures(target, list(head.config.fused_layer_ids))  # exactly what training feeds the head
-    for seq, prompt_len in sequences:
-        loss_mask = torch.zeros_like(seq)
-        loss_mask[:, prompt_len:] = 1
-        batch = features({"input_ids": seq, "attention_mask": torch.ones_like(seq), "loss_mask": loss_mask})
-        with torch.no_grad():
-            out = rollout(head, batch, lm_w, depth=depth, labels="argmax")
-        correct += out.correct
-        counts += out.counts
-    return correct, counts
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, head in enumerate(heads):
+        groups.setdefault(tuple(head.config.fused_layer_ids), []).append(i)
+    for layer_ids, members in groups.items():
+        features = OnlineFeatures(target, list(layer_ids))  # exactly what training feeds the head
+        for seq, prompt_len in sequences:
+            loss_mask = torch.zeros_like(seq)
+            loss_mask[:, prompt_len:] = 1
+            batch = features({"input_ids": seq, "attention_mask": torch.ones_like(seq), "loss_mask": loss_mask})
+            for i in members:
+                with torch.no_grad():
+                    out = rollout(heads[i], batch, lm_w, depth=depth, labels="argmax")
+                results[i][0].add_(out.correct)
+                results[i][1].add_(out.counts)
+    return results
 
 
 def predicted_greedy_tau(accuracy_by_depth: list[float]) -> list[float]:

@@ -23,7 +23,7 @@ from .config import load_config
 from .features import FeatureDataset, collate_features
 from .recipe import TrainConfig, build_head, load_target, recipe_token_counts
 from .rollout import rollout
-from .trainer import MicroBatches
+from .trainer import data_order
 
 
 def measure(cfg: TrainConfig, batches: list[int], strides: list[int], repeats: int) -> list[dict]:
@@ -35,8 +35,7 @@ def measure(cfg: TrainConfig, batches: list[int], strides: list[int], repeats: i
     head.bind_embedding(target.get_input_embeddings())
     lm_w = target.get_output_embeddings().weight
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    order = MicroBatches(data, lambda rows: collate_features(rows, pad), cfg.optim.micro_batch_size, 1, 0, cfg.seed,
-                         data.lengths() if cfg.optim.length_grouping else None, cfg.optim.length_grouping)
+    order = data_order(cfg, data, lambda rows: collate_features(rows, pad))
     key = data.source_of(list(head.config.fused_layer_ids))
     out = []
     for g in batches:

@@ -222,9 +222,7 @@ def _setup(cfg: TrainConfig) -> _Run:
         from .config import dump_config
 
         accelerator.init_trackers(cfg.wandb_project, config=dump_config(cfg))
-    lengths = _lengths(dataset) if opt.length_grouping else None
-    data = MicroBatches(dataset, collate, opt.micro_batch_size, accelerator.num_processes,
-                        accelerator.process_index, cfg.seed, lengths, opt.length_grouping)
+    data = data_order(cfg, dataset, collate, accelerator.num_processes, accelerator.process_index)
     return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start)
 
 
@@ -245,6 +243,15 @@ def _record_launch(out_dir: Path, start: int, processes: int) -> None:
                                                    "accelerate": accelerate.__version__}}
     with (out_dir / "launches.jsonl").open("a") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def data_order(cfg: TrainConfig, dataset, collate, processes: int = 1, index: int = 0) -> MicroBatches:
+    """The recipe's micro-batches of ``dataset`` for process ``index`` of ``processes`` (seeded shuffle,
+    length grouping when the config asks): what training steps through, and what ``bench_step`` times."""
+    opt = cfg.optim
+    lengths = _lengths(dataset) if opt.length_grouping else None
+    return MicroBatches(dataset, collate, opt.micro_batch_size, processes, index, cfg.seed, lengths,
+                        opt.length_grouping)
 
 
 def _lengths(dataset) -> list[int]:
