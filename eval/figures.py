@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,12 @@ def _grid(n: int, *, w: float = PANEL_W, h: float = PANEL_H, extra_w: float = 0.
     return fig, axes
 
 
+def _suptitle(fig: Figure, text: str, fontsize: float = 10) -> None:
+    """A figure title wrapped to the figure's width (a one-panel figure is narrower than a long title)."""
+    chars = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))  # ~0.55 em per character
+    fig.suptitle(textwrap.fill(text, chars), fontsize=fontsize)
+
+
 def _save(fig: Figure, path: Path, *, right: float | None = None) -> Path:
     fig.tight_layout(rect=(0, 0, right or 1.0, 1))
     fig.savefig(path, dpi=DPI)
@@ -122,8 +129,8 @@ def plot_headline(runs: list[dict[str, Any]], path: Path) -> Path:
         ax.tick_params(axis="x", labelsize=8)
     if not states:
         _empty(axes[0], "no runs")
-    fig.suptitle("Time per token and speedup vs the fastest exact baseline (tau includes the bonus token; "
-                 "grey = baselines)", fontsize=10)
+    _suptitle(fig, "Time per token and speedup vs the fastest exact baseline (tau includes the bonus token; "
+              "grey = baselines)")
     return _save(fig, path)
 
 
@@ -146,7 +153,7 @@ def plot_survival(runs: list[dict[str, Any]], path: Path) -> Path:
     if not states:
         _empty(axes[0], "no speculative runs")
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    fig.suptitle("Survival: share of rounds accepting at least i drafts", fontsize=10)
+    _suptitle(fig, "Survival: share of rounds accepting at least i drafts")
     return _save(fig, path, right=1 - 1.6 / fig.get_figwidth())
 
 
@@ -172,7 +179,7 @@ def plot_round_time(runs: list[dict[str, Any]], path: Path) -> Path:
         _empty(axes[0], "no runs")
     h, labels = axes[0].get_legend_handles_labels()
     fig.legend(h, labels, loc="center right", fontsize=8, frameon=False)
-    fig.suptitle("Round time C = T_d + T_v + T_b", fontsize=10)
+    _suptitle(fig, "Round time C = T_d + T_v + T_b")
     return _save(fig, path, right=1 - 1.4 / fig.get_figwidth())
 
 
@@ -204,9 +211,9 @@ def plot_sweeps(sweeps: list[dict[str, Any]], path: Path, chosen: dict[tuple, in
                 c, fmt = style[sid]
                 line = ax.errorbar(g, y, yerr=[y - lo, hi - y], fmt=fmt, color=c, ms=4, capsize=2, lw=1)
                 handles.setdefault(f"batch {sid[0]}, {sid[1]} split", line)
-                for gx, yy, s in zip(g, y, pts):
-                    if s.get("tau"):
-                        ax.annotate(f"{s['tau']:.1f}", (gx, yy), fontsize=6, xytext=(0, 4), textcoords="offset points",
+                for gx, top, s in zip(g, hi, pts):
+                    if s.get("tau"):  # above the error bar and the star
+                        ax.annotate(f"{s['tau']:.2f}", (gx, top), fontsize=7, xytext=(0, 7), textcoords="offset points",
                                     ha="center", color=c)
                 pick = (chosen or {}).get((m, t, sid[0]))
                 if pick in g:
@@ -218,8 +225,7 @@ def plot_sweeps(sweeps: list[dict[str, Any]], path: Path, chosen: dict[tuple, in
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylim(bottom=0)
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    fig.suptitle("Gamma sweeps: ms per token (median, bar = min-max); numbers = tau; star = chosen gamma",
-                 fontsize=10)
+    _suptitle(fig, "Gamma sweeps: ms per token (median, bar = min-max); numbers = tau; star = chosen gamma")
     return _save(fig, path, right=1 - 1.8 / fig.get_figwidth())
 
 
@@ -273,7 +279,7 @@ def plot_itl_cdf(samples: Any, path: Path, keep: dict[tuple, set] | None = None)
     if not states:
         _empty(axes[0], "no inter-token gaps")
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    fig.suptitle("Inter-token latency CDF (per token; co-delivered tokens count 0)", fontsize=10)
+    _suptitle(fig, "Inter-token latency CDF (per token; co-delivered tokens count 0)")
     return _save(fig, path, right=1 - 1.8 / fig.get_figwidth())
 
 
