@@ -556,8 +556,8 @@ def _print_end(out: Path, reports: dict, check: dict, timings: dict, compact_tab
     print(f"Exactness: greedy outputs identical to vanilla: "
           f"{all(r['identity']['all_identical'] for r in reports.values())}; temperature-{check['temperature']:g} "
           f"first-token check passed: {check['passed']} (TV {check['tv_distance']:.4f})")
-    apart = ", ".join(f"{k} {timings[k]:.0f} s" for k in ("conversion", "retrain") if k in timings)
-    print(f"Report: {out / 'report.md'} (and eval_*/report.html); {budget / 60:.1f} min, without {apart}")
+    apart = " and ".join(f"the {k} ({timings[k]:.0f} s)" for k in ("conversion", "retrain") if k in timings)
+    print(f"Report: {out / 'report.md'} (and eval_*/report.html); {budget / 60:.1f} min, not counting {apart}")
 
 
 # ------------------------------------------------------------------------------------------ ship
