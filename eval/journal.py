@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from eaglehead.builtin.shipped import file_sha256
 from eaglehead.decode.generate import GenerationResult, RoundRecord
 
 CALLS = "calls.jsonl"
@@ -123,7 +125,6 @@ class Journal:
         self._save_plan()
 
 
-
 def plan_fingerprint(plan_dict: dict[str, Any], target_fingerprint: str, draft_hashes: dict[str, str]) -> dict:
     """What must not change between launches of one resumable evaluation."""
     keep = {k: v for k, v in plan_dict.items()
@@ -134,10 +135,6 @@ def plan_fingerprint(plan_dict: dict[str, Any], target_fingerprint: str, draft_h
 def path_digest(path: str) -> str:
     """sha256 over a checkpoint's files (relative names and contents); a name that is not a local path
     (a hub id, a built-in) stands for itself."""
-    import hashlib
-
-    from eaglehead.builtin.shipped import file_sha256
-
     p = Path(path)
     if p.is_file():
         return file_sha256(p)

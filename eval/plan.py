@@ -25,6 +25,7 @@ from eaglehead.builtin.devices import DTYPES
 from eaglehead.builtin.models import check_model_name
 from eaglehead.decode import DEFAULT_GAMMA
 
+from .journal import CALLS
 from .prompts import MT_BENCH, Prompt, load_prompt_set, split_prompts
 
 METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
@@ -84,11 +85,11 @@ class EvalPlan:
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite contradict each other: --resume continues the run in --out, "
                              "--overwrite starts it again")
-        if self.resume and not (out / "calls.jsonl").is_file():
-            raise ValueError(f"--resume: --out {str(out)!r} holds no journal of an earlier run (calls.jsonl); "
+        if self.resume and not (out / CALLS).is_file():
+            raise ValueError(f"--resume: --out {str(out)!r} holds no journal of an earlier run ({CALLS}); "
                              "drop --resume to start one")
         if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (self.overwrite or self.resume):
-            hint = " or --resume to continue the run it holds" if (out / "calls.jsonl").is_file() else ""
+            hint = " or --resume to continue the run it holds" if (out / CALLS).is_file() else ""
             raise ValueError(f"--out {str(out)!r} exists and is not empty; pass --overwrite to write into it{hint}")
         self.temperatures = tuple(self.temperatures)
         if not self.temperatures or any(not (isinstance(t, (int, float)) and not isinstance(t, bool) and
