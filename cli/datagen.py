@@ -9,14 +9,17 @@ run writes exactly what an uninterrupted one would):
 
 1. ``user``: user turns sampled from the target's own chat template cut just before the user's text
    (Magpie), in batches, until ``synthesis.magpie_prompts`` clean unique turns exist.
-2. Seed task prompts from standard-library docstrings and ``pydoc`` topics (``eaglehead.train.chat_data``).
+2. Seed task prompts from standard-library docstrings and ``pydoc`` topics (``eaglehead.train.chat_data``)
+   and, with ``synthesis.category_prompts``, templated tasks of the eight chat-benchmark categories
+   (``eaglehead.train.task_prompts``).
    All prompts are de-duplicated and those sharing a word n-gram with MT-bench or HumanEval are removed
    (``prompts.json`` counts each removal).
 3. ``answer``: the target answers every prompt at ``regenerate.temperature``; prompts are sorted by
    length into shards, decoded with continuous batching (:func:`sample_stream`: a finished row leaves
    the batch at once and a waiting prompt takes its place).
 4. ``followup`` / ``answer2``: for ``synthesis.second_turn_fraction`` of the conversations the target
-   writes a follow-up user turn (Magpie again, after its own answer) and answers it.
+   writes a follow-up user turn (Magpie again, after its own answer) and answers it; a category task
+   prompt brings its own follow-up of its category ("now make it shorter", "add tests").
 
 The result, ``conversations.jsonl`` (``messages`` format), is what ``data.sources`` of a training
 config points at; ``manifest.json`` holds its sha256, the counts and the resolved config.
@@ -29,9 +32,10 @@ import inspect
 import json
 import math
 import random
+import re
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +48,7 @@ from eaglehead.builtin.text import left_pad
 from eaglehead.decode import SamplingConfig, probs, sample_from
 from eaglehead.train import chat_data as cd
 from eaglehead.train.config import dump_config, load_config
+from eaglehead.train.task_prompts import category_task_prompts
 
 SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
 
@@ -53,6 +58,9 @@ class SynthesisConfig:
     magpie_prompts: int = 1500  # unique clean user turns to sample from the target
     stdlib_prompts: int = 500  # seed prompts from standard-library docstrings
     pydoc_prompts: int = 79  # seed prompts from pydoc topics (79 exist)
+    # seed prompts of the eight chat-benchmark categories (writing, roleplay, reasoning, math, coding,
+    # extraction, stem, humanities; eaglehead.train.task_prompts), each with a follow-up of its category
+    category_prompts: int = 0
     second_turn_fraction: float = 0.25  # conversations that get a follow-up user turn and answer
     temperature: float = 1.0
     top_p: float | None = 0.95
@@ -62,7 +70,7 @@ class SynthesisConfig:
     overlap_ngram: int = 8  # a prompt sharing a word n-gram with MT-bench/HumanEval is removed
 
     def __post_init__(self):
-        for name in ("magpie_prompts", "stdlib_prompts", "pydoc_prompts"):
+        for name in ("magpie_prompts", "stdlib_prompts", "pydoc_prompts", "category_prompts"):
             if getattr(self, name) < 0:
                 raise ValueError(f"synthesis.{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.second_turn_fraction <= 1.0:
@@ -92,8 +100,15 @@ class ChatDataConfig:
     device: str = "cpu"
     seed: int = 0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+    # conversation ids are "<id_prefix>-000000", ...: data sets trained on together need distinct prefixes
+    id_prefix: str = "chat"
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.]*", self.id_prefix or ""):
+            raise ValueError(f"id_prefix: expected letters, digits, '_' or '.' (the ids are '<id_prefix>-000000'), "
+                             f"got {self.id_prefix!r}")
 
 
 # ------------------------------------------------------------------------------------ the sampler
@@ -310,9 +325,16 @@ def synthesise_prompts(target: _Target, cfg: ChatDataConfig, out: Path) -> tuple
     bar.close()
     stats["magpie_rounds"] = rounds
     seeds = cd.stdlib_task_prompts(s.stdlib_prompts, cfg.seed) + cd.pydoc_topic_prompts(s.pydoc_prompts, cfg.seed)
+    if s.category_prompts:
+        seeds += category_task_prompts(s.category_prompts, cfg.seed)
     prompts = magpie + [p for p in seeds if admit(p)]
+    for p in prompts:  # a seeded follow-up that overlaps a benchmark is dropped (that conversation gets Magpie's)
+        hit = flt.hit(p["followup"]) if p.get("followup") else None
+        if hit:
+            stats["overlap"][f"{hit} (follow-up)"] = stats["overlap"].get(f"{hit} (follow-up)", 0) + 1
+            del p["followup"]
     stats["prompts"] = len(prompts)
-    stats["by_source"] = {src: sum(p["source"] == src for p in prompts) for src in ("magpie", "stdlib", "pydoc")}
+    stats["by_source"] = dict(Counter(p["source"] for p in prompts))
     return prompts, stats
 
 
@@ -376,13 +398,20 @@ def run(cfg: ChatDataConfig) -> dict:
     pick = [i for i, a in enumerate(answers) if a["eos"] or cfg.synthesis.keep_unfinished]
     pick = sorted(random_subset(pick, cfg.synthesis.second_turn_fraction, cfg.seed))
     if pick:
-        users = followups(target, cfg, out, [convs[i] for i in pick])
+        # A seed prompt's own follow-up is used as is; the others get one sampled by the target (Magpie).
+        seeded = [i for i in pick if prompts[i].get("followup")]
+        sampled = [i for i in pick if not prompts[i].get("followup")]
         kept = []
-        for i, u in zip(pick, users):
+        for i in seeded:
+            convs[i].append({"role": "user", "content": prompts[i]["followup"]})
+            kept.append(i)
+        users = followups(target, cfg, out, [convs[i] for i in sampled]) if sampled else []
+        for i, u in zip(sampled, users):
             text = cd.clean_user_turn(target.decode(u["ids"])) if u["eos"] or cfg.synthesis.keep_unfinished else None
             if text is not None:
                 convs[i].append({"role": "user", "content": text})
                 kept.append(i)
+        kept.sort()
         stats["followups"] = len(kept)
         answers2 = answer(target, cfg, out, "answer2", [convs[i] for i in kept])
         for i, a in zip(kept, answers2):
@@ -390,7 +419,7 @@ def run(cfg: ChatDataConfig) -> dict:
         stats["answer_tokens"] += sum(len(a["ids"]) for a in answers2)
 
     path = out / "conversations.jsonl"
-    cd.write_shard(path, [{"id": f"chat-{i:06d}", "source": p["source"], "messages": c}
+    cd.write_shard(path, [{"id": f"{cfg.id_prefix}-{i:06d}", "source": p["source"], "messages": c}
                           for i, (p, c) in enumerate(zip(prompts, convs))])
     manifest = {"file": path.name, "sha256": file_sha256(path), "conversations": len(convs), **stats,
                 "seconds_this_run": round(time.perf_counter() - t0, 1)}
@@ -401,8 +430,10 @@ def run(cfg: ChatDataConfig) -> dict:
 def _shard_defining(cfg: ChatDataConfig) -> dict:
     """The settings that decide what the shards hold (device, dtype of compute and threads do not)."""
     data = dump_config(cfg)
-    for key in ("out_dir", "device", "threads"):
+    for key in ("out_dir", "device", "threads", "id_prefix"):
         data.pop(key)
+    if not data["synthesis"]["category_prompts"]:  # added later: directories started before it stay valid
+        data["synthesis"].pop("category_prompts")
     return data
 
 

@@ -9,12 +9,14 @@ with nothing downloaded.
 2. Shipped artifacts, each a directory of package data under ``eaglehead.builtin``'s ``assets/`` with a
    ``recipe.json`` (``files``: name -> sha256, ``commands``: how it was built), verified before use:
    ``smollm2_eagle3`` (the EAGLE-3 head), ``smollm2_eagle1`` (the EAGLE-1 ablation; optional),
-   ``smollm2_draft_lm`` (a small Llama with the target's tokenizer) and ``smollm2_data``
-   (``conversations.jsonl.xz``: the chat data the target wrote itself, read by ``--retrain`` only).
+   ``smollm2_draft_lm`` (a small Llama with the target's tokenizer) and the chat data the target wrote
+   itself, read by ``--retrain`` only, in the order the recipes train on it (``DATA_ASSETS``):
+   ``smollm2_data`` and ``smollm2_data_tasks`` (each a ``conversations.jsonl.xz`` of its data config).
    A missing head or draft LM stops the command before any long work, naming the directory and the
-   ``--retrain`` command that builds it; ``--retrain`` runs the commands a user would (``eaglehead prepare``,
-   ``accelerate launch -m eaglehead.train`` for each head, ``python -m eaglehead.draft_lm``) into
-   ``OUT/assets``, which later runs pick up.
+   ``--retrain`` command that builds it (a missing data file under ``--retrain``: the ``eaglehead prepare
+   --data-config`` and ``ship-data --kind`` commands that build it); ``--retrain`` runs the commands a user
+   would (``eaglehead prepare``, ``accelerate launch -m eaglehead.train`` for each head, ``python -m
+   eaglehead.draft_lm``, all on every data file in that order) into ``OUT/assets``, which later runs pick up.
 3. Evaluation (``eaglehead eval``'s engine) on a subset of MT-bench's test split (both turns) and of
    HumanEval that fits 20 minutes on 2 cores (``_base_sizes`` says which, and the report repeats it).
 4. Exactness: greedy outputs identical to vanilla, and the first-token distribution at temperature
@@ -46,15 +48,21 @@ CONFIG = CONFIGS / "smollm2-135m-instruct.yaml"
 DRAFT_LM_CONFIG = CONFIGS / "smollm2-135m-instruct-draft-lm.yaml"
 ACCELERATE_CPU = CONFIGS / "accelerate" / "cpu.yaml"
 ASSETS = {"eagle3": "smollm2_eagle3", "eagle1": "smollm2_eagle1", "draft-lm": "smollm2_draft_lm",
-          "data": "smollm2_data"}
+          "data": "smollm2_data", "data-tasks": "smollm2_data_tasks"}
+# The chat data assets, in the order the recipes train on them (configs/smollm2-135m-instruct.yaml's
+# data.sources and the draft LM's data), with the data config that writes each and its output directory.
+DATA_ASSETS = ("data", "data-tasks")
+DATA_CONFIGS = {"data": CONFIGS / "smollm2-135m-instruct-data.yaml",
+                "data-tasks": CONFIGS / "smollm2-135m-instruct-data-tasks.yaml"}
+CHAT_DIRS = {"data": "runs/smollm2-135m-instruct/chat", "data-tasks": "runs/smollm2-135m-instruct/chat-tasks"}
 DATA_FILE = "conversations.jsonl.xz"
 HEADLINE = "mt-bench"  # the evaluation the goals are measured on
 PEERS = ("draft-lm", "prompt-lookup", "hf-assisted")
 ALL_METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
 # Issue 13's goals (greedy, batch 1, MT-bench test split).
 TAU_GOAL, SPEEDUP_GOAL, SPEEDUP_STRETCH, CEILING_GOAL, EAGLE1_GOAL = 3.2, 1.6, 2.0, 0.9, 1.1
-# (data file, output dir, target) -> the commands it ran; writes a save_pretrained draft LM into output dir.
-DraftLMTrainer = Callable[[Path, Path, str], list[str]]
+# (data files in order, output dir, target) -> the commands it ran; writes a save_pretrained draft LM into output dir.
+DraftLMTrainer = Callable[[list[Path], Path, str], list[str]]
 Runner = Callable[[list[str], Path], None]  # runs one user-facing command, its output to a log file
 
 
@@ -142,34 +150,75 @@ def locate_assets(root: Path, out: Path, prefer_built: bool = False) -> dict[str
     return found
 
 
-def data_rebuild_hint(data_dir: Path) -> str:
-    return (f"eaglehead prepare --data-config {CONFIGS / 'smollm2-135m-instruct-data.yaml'}, then compress the "
-            f"conversations.jsonl it writes to {data_dir / DATA_FILE} (xz) and list its sha256 in recipe.json")
+def _data_kind(kind: str) -> str:
+    if kind not in DATA_ASSETS:
+        raise ValueError(f"kind: expected one of the chat data assets {', '.join(DATA_ASSETS)}, got {kind!r}")
+    return kind
+
+
+def data_rebuild_hint(data_dir: Path, kind: str = "data") -> str:
+    """The commands that build the ``kind`` chat data asset into ``data_dir``."""
+    return (f"eaglehead prepare --data-config {DATA_CONFIGS[_data_kind(kind)]}, then python -m eaglehead.demo_smollm2 "
+            f"ship-data --kind {kind} --chat-dir {CHAT_DIRS[kind]} --assets {data_dir.parent} (it compresses the "
+            f"conversations.jsonl it wrote into {data_dir / DATA_FILE} and lists its sha256 in recipe.json)")
+
+
+def verify_data(root: Path) -> list[dict]:
+    """The recipe.json of every chat data asset under ``root``, in ``DATA_ASSETS`` order, each verified (a
+    missing one: :class:`MissingArtifactError` with the commands that build it) and holding the sha256 of
+    its uncompressed conversations (``inputs.conversations_sha256``)."""
+    recipes = []
+    for kind in DATA_ASSETS:
+        data_dir = root / ASSETS[kind]
+        recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir, kind))
+        if DATA_FILE not in recipe["files"]:
+            raise ValueError(f"{data_dir / 'recipe.json'}: expected {DATA_FILE} among its files")
+        if not isinstance(recipe.get("inputs", {}).get("conversations_sha256"), str):
+            raise ValueError(f"{data_dir / 'recipe.json'}: expected inputs.conversations_sha256, the sha256 of the "
+                             f"uncompressed conversations; rebuild it with: {data_rebuild_hint(data_dir, kind)}")
+        recipes.append(recipe)
+    return recipes
 
 
 # --------------------------------------------------------------------------------------- retrain
 
-def unpack_data(data_dir: Path, out: Path) -> tuple[Path, str]:
-    """(``out/data/conversations.jsonl``, the shipped file's sha256): the shipped chat data, verified and
-    decompressed once per shipped file."""
-    recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir))
+def unpack_data(data_dir: Path, out: Path, kind: str = "data") -> tuple[Path, str]:
+    """(``out/data/<data_dir's name>/conversations.jsonl``, its sha256): the shipped ``kind`` chat data,
+    verified and decompressed once per shipped file; the sha256 is the uncompressed file's, checked against
+    the recipe's ``inputs.conversations_sha256`` where it records one."""
+    recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir, kind))
     if DATA_FILE not in recipe["files"]:
         raise ValueError(f"{data_dir / 'recipe.json'}: expected {DATA_FILE} among its files")
-    digest, dest = recipe["files"][DATA_FILE], out / "data"
-    if not _stamped(dest, digest):
+    stamp, dest = recipe["files"][DATA_FILE], out / "data" / data_dir.name
+    want = recipe.get("inputs", {}).get("conversations_sha256")
+    path = dest / "conversations.jsonl"
+    if not _stamped(dest, stamp) or not path.is_file() or (want is not None and file_sha256(path) != want):
         dest.mkdir(parents=True, exist_ok=True)
-        with lzma.open(data_dir / DATA_FILE) as src, (dest / "conversations.jsonl").open("wb") as dst:
+        with lzma.open(data_dir / DATA_FILE) as src, path.open("wb") as dst:
             shutil.copyfileobj(src, dst)
-        _stamp(dest, digest)
-    return dest / "conversations.jsonl", digest
+        _stamp(dest, stamp)
+    digest = file_sha256(path)
+    if want is not None and digest != want:
+        raise ValueError(f"{data_dir / DATA_FILE}: decompresses to a file with sha256 {digest}, not the "
+                         f"inputs.conversations_sha256 {want} of its recipe.json; rebuild it with: "
+                         f"{data_rebuild_hint(data_dir, kind)}")
+    return path, digest
 
 
-def prepare_command(data: Path, features: Path, vocab_dir: Path, target: str, extra: list[str]) -> list[str]:
-    """Tokenise the chat data, count the draft vocabulary (written to ``vocab_dir``) and cache the target's
-    features once for both heads (the EAGLE-3 layers and the last hidden state EAGLE-1 reads); ``extra``
-    overrides are the training's, so data and layers match."""
+def unpack_all_data(root: Path, out: Path) -> tuple[list[Path], list[str]]:
+    """(files, their sha256s): every shipped chat data asset under ``root`` unpacked by :func:`unpack_data`,
+    in ``DATA_ASSETS`` order (the order the recipes train on them)."""
+    unpacked = [unpack_data(root / ASSETS[kind], out, kind) for kind in DATA_ASSETS]
+    return [p for p, _ in unpacked], [d for _, d in unpacked]
+
+
+def prepare_command(data: list[Path], features: Path, vocab_dir: Path, target: str, extra: list[str]) -> list[str]:
+    """Tokenise the chat data files (``data.sources``, in order), count the draft vocabulary (written to
+    ``vocab_dir``) and cache the target's features once for both heads (the EAGLE-3 layers and the last hidden
+    state EAGLE-1 reads); ``extra`` overrides are the training's, so data and layers match."""
     return ["eaglehead", "prepare", "--config", str(CONFIG), "--cache-features", str(features),
-            f"data.sources={json.dumps([str(data)])}", f"model.target={target}", *extra, f"output_dir={vocab_dir}"]
+            f"data.sources={json.dumps([str(p) for p in data])}", f"model.target={target}", *extra,
+            f"output_dir={vocab_dir}"]
 
 
 def train_command(kind: str, features: Path, run_dir: Path, target: str, extra: list[str]) -> list[str]:
@@ -182,10 +231,11 @@ def train_command(kind: str, features: Path, run_dir: Path, target: str, extra: 
                   if kind == "eagle1" else [])
 
 
-def draft_lm_command(data: Path, out: Path, target: str, extra: list[str]) -> list[str]:
-    """The draft LM's own recipe (resumable; a finished run with the same inputs does nothing)."""
+def draft_lm_command(data: list[Path], out: Path, target: str, extra: list[str]) -> list[str]:
+    """The draft LM's own recipe on the chat data files in order (``data=[...]``, a JSON list; resumable: a
+    finished run with the same inputs does nothing)."""
     return ["python", "-m", "eaglehead.draft_lm", "--config", str(DRAFT_LM_CONFIG), f"target={target}",
-            f"data={data}", *extra, f"out={out}"]
+            f"data={json.dumps([str(p) for p in data])}", *extra, f"out={out}"]
 
 
 def run_command(cmd: list[str], log: Path) -> None:
@@ -204,15 +254,16 @@ def run_command(cmd: list[str], log: Path) -> None:
 
 def retrain(out: Path, root: Path, target: str, extra: dict[str, list[str]], *,
             draft_lm_trainer: DraftLMTrainer | None = None, run: Runner = run_command) -> None:
-    """Build both heads and the draft LM from the shipped chat data into ``out/assets``, each with its
-    recipe.json (``extra``: overrides for the ``heads`` and the ``draft_lm`` recipes). A head whose commands
-    and data are unchanged is kept; an interrupted training with the same commands resumes from its last
-    checkpoint, a changed one starts over. ``draft_lm_trainer`` replaces the draft LM's recipe, ``run``
-    the subprocesses (tests)."""
-    data, digest = unpack_data(root / ASSETS["data"], out)
+    """Build both heads and the draft LM from the shipped chat data (every ``DATA_ASSETS`` file, in order)
+    into ``out/assets``, each with its recipe.json (``extra``: overrides for the ``heads`` and the ``draft_lm``
+    recipes; ``inputs.data_sha256s``: the data files' sha256s in order). A head whose commands and data are
+    unchanged is kept; an interrupted training with the same commands resumes from its last checkpoint, a
+    changed one starts over. ``draft_lm_trainer`` replaces the draft LM's recipe, ``run`` the subprocesses
+    (tests)."""
+    data, digests = unpack_all_data(root, out)
     work = out / "retrain"
     prep = prepare_command(data, work / "features", work / "prepare", target, extra["heads"])
-    inputs = {"data_sha256": digest, "target": target}
+    inputs = {"data_sha256s": digests, "target": target}
     prepared = False
     for kind in ("eagle3", "eagle1"):
         cmd = train_command(kind, work / "features", work / kind, target, extra["heads"])
@@ -255,7 +306,7 @@ def _recipe_key(path: Path) -> str | None:
         return None
 
 
-def _custom_draft_lm(data: Path, dest: Path, target: str, inputs: dict, trainer: DraftLMTrainer) -> None:
+def _custom_draft_lm(data: list[Path], dest: Path, target: str, inputs: dict, trainer: DraftLMTrainer) -> None:
     staging = dest.with_name(dest.name + ".build")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -511,7 +562,7 @@ def run_smollm2_demo(args, *, draft_lm_trainer: DraftLMTrainer | None = None, ru
 
     # Everything that can be missing is checked before the conversion and the evaluation.
     if args.retrain:
-        verify_asset(root / ASSETS["data"], rebuild=data_rebuild_hint(root / ASSETS["data"]))
+        verify_data(root)
     else:
         drafts = locate_assets(root, out)
     try:  # the built-in target and MT-bench come in pip distributions: a missing one is a usage error
@@ -562,22 +613,25 @@ def _print_end(out: Path, reports: dict, check: dict, timings: dict, compact_tab
 
 # ------------------------------------------------------------------------------------------ ship
 
-def ship_data(chat_dir: Path, dest: Path, *, overwrite: bool = False) -> Path:
-    """Ship the chat data the target wrote (``eaglehead prepare --data-config``'s ``conversations.jsonl``,
-    checked against its ``manifest.json``) into ``dest``, xz-compressed, with a recipe.json holding the
-    command, the data config, the manifest, the uncompressed file's sha256 and the commit."""
+def ship_data(chat_dir: Path, dest: Path, *, kind: str = "data", overwrite: bool = False) -> Path:
+    """Ship the ``kind`` chat data the target wrote (``eaglehead prepare --data-config`` of
+    ``DATA_CONFIGS[kind]``: its ``conversations.jsonl``, checked against its ``manifest.json``) into ``dest``,
+    xz-compressed, with a recipe.json holding that command, the data config, the manifest, the uncompressed
+    file's sha256 (``inputs.conversations_sha256``) and the commit."""
     from eaglehead.demo_target import package_versions
 
+    config_path = DATA_CONFIGS[_data_kind(kind)]
     conversations, manifest_file = chat_dir / "conversations.jsonl", chat_dir / "manifest.json"
     for path in (conversations, manifest_file):
         if not path.is_file():
-            raise ValueError(f"{path}: no such file; write the chat data first with: {data_rebuild_hint(dest)}")
+            raise ValueError(f"{path}: no such file; write the {kind} chat data first with: eaglehead prepare "
+                             f"--data-config {config_path} (its out_dir is the --chat-dir)")
     manifest = json.loads(manifest_file.read_text())
     digest = file_sha256(conversations)
     if manifest.get("sha256") != digest:
         raise ValueError(f"{conversations}: its sha256 differs from {manifest_file} (changed after it was written)")
     if dest.exists() and any(dest.iterdir()) and not overwrite:
-        raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped data")
+        raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
     staging = dest.with_name(dest.name + ".build")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -587,7 +641,7 @@ def ship_data(chat_dir: Path, dest: Path, *, overwrite: bool = False) -> Path:
     config = chat_dir / "config.json"
     if config.is_file():
         shutil.copyfile(config, staging / "data_config.json")
-    recipe = {"commands": ["eaglehead prepare --data-config configs/smollm2-135m-instruct-data.yaml"],
+    recipe = {"commands": [f"eaglehead prepare --data-config configs/{config_path.name}"],
               "inputs": {"conversations_sha256": digest, "conversations": manifest.get("conversations")},
               "commit": source_commit(), "versions": package_versions()}
     packed = package_artifact(staging, staging.with_name(staging.name + ".packed"), recipe)
@@ -621,32 +675,65 @@ def _launch_records(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _draft_lm_data(run: Path, recipe: dict) -> list[tuple[str, str]]:
+    """(path, sha256) of each file a draft LM was trained on, from its recipe's data record
+    (``eaglehead.draft_lm``: one file's ``path`` and ``sha256``, or several ``files``)."""
+    data = recipe.get("inputs", {}).get("data")
+    files = (data.get("files") if "files" in data else [data]) if isinstance(data, dict) else None
+    if not (isinstance(files, list) and files and all(isinstance(f, dict) and isinstance(f.get("sha256"), str)
+                                                      for f in files)):
+        raise ValueError(f"{run / 'recipe.json'}: expected inputs.data with the sha256 of its data file (or a "
+                         f"'files' list of them), as python -m eaglehead.draft_lm writes it; got {data!r}"[:400])
+    return [(str(f.get("path")), f["sha256"]) for f in files]
+
+
+def _check_trained_on(run: Path, what: str, trained: list[tuple[str, str | None]], want: list[str]) -> None:
+    """Refuse a run whose data files ((path, sha256 or None where the file is missing), in order) are not
+    the shipped chat data files (``want``: their sha256s in ``DATA_ASSETS`` order), naming the difference."""
+    shipped = ", ".join(f"{ASSETS[k]} (sha256 {w})" for k, w in zip(DATA_ASSETS, want))
+    expected = f"expected the shipped chat data, {len(want)} file(s) in this order: {shipped}"
+    if len(trained) != len(want):
+        raise ValueError(f"{run}: {what} lists {len(trained)} file(s) ({', '.join(p for p, _ in trained)}): not the "
+                         f"shipped chat data; {expected}")
+    for i, ((path, got), w, k) in enumerate(zip(trained, want, DATA_ASSETS)):
+        if got == w:
+            continue
+        if got is None:
+            raise ValueError(f"{run}: {what}[{i}] {path}: no such file, so it cannot be checked against the shipped "
+                             f"chat data {ASSETS[k]} (sha256 {w}); {expected}")
+        elsewhere = [ASSETS[DATA_ASSETS[j]] for j, x in enumerate(want) if x == got]
+        why = f"the shipped {elsewhere[0]}, in the wrong order" if elsewhere else "not the shipped chat data"
+        raise ValueError(f"{run}: {what}[{i}] {path} has sha256 {got}: {why} (position {i} must be {ASSETS[k]}, "
+                         f"sha256 {w}); {expected}")
+
+
 def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Path:
     """Ship a finished training run of the README's recipe (not ``--retrain``'s layout) as the ``kind``
     artifact, in float16: the EAGLE-3 head in the EAGLE-3 layout the engines load, the EAGLE-1 ablation in
     eaglehead's layout, the draft LM as ``python -m eaglehead.draft_lm`` wrote it. The recipe records the
-    commands, the resolved config, every launch of the run (start step, commit, threads), the data's sha256
-    (which must be the shipped data's), the steps and final metrics, and the commit shipping it."""
+    commands, the resolved config, every launch of the run (start step, commit, threads), the data files'
+    sha256s (``inputs.data_sha256s``), the steps and final metrics, and the commit shipping it.
+
+    The run must have trained on exactly the shipped chat data files, in ``DATA_ASSETS`` order: a head's
+    ``data.sources``, a draft LM's recipe ``inputs.data`` (the sha256 of its file or of each of its
+    ``files``); every shipped data asset must be there (:func:`verify_data`)."""
     import torch
 
     from eaglehead.draftheads.checkpoint import export_eagle3, load_pretrained, save_pretrained
     from eaglehead.train.config import load_config
     from eaglehead.train.recipe import TrainConfig
 
-    if kind not in ASSETS or kind == "data":
+    if kind not in ASSETS or kind in DATA_ASSETS:
         raise ValueError(f"kind: expected one of eagle3, eagle1, draft-lm, got {kind!r}")
     dest = root / ASSETS[kind]
     if dest.exists() and any(dest.iterdir()) and not overwrite:
         raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
-    shipped_data = verify_asset(root / ASSETS["data"], rebuild=data_rebuild_hint(root / ASSETS["data"]))
-    want = shipped_data["inputs"]["conversations_sha256"]
+    want = [r["inputs"]["conversations_sha256"] for r in verify_data(root)]
     staging = dest.with_name(dest.name + ".build")
     shutil.rmtree(staging, ignore_errors=True)
     if kind == "draft-lm":
         recipe = verify_asset(run)
-        trained_on = recipe.get("inputs", {}).get("data", {}).get("sha256")
-        if trained_on != want:
-            raise ValueError(f"{run}: trained on data with sha256 {trained_on}, not the shipped data ({want})")
+        _check_trained_on(run, "its recipe.json inputs.data", _draft_lm_data(run, recipe), want)
         staging.mkdir(parents=True)
         for name in recipe["files"]:
             shutil.copyfile(run / name, staging / name)
@@ -658,9 +745,8 @@ def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Pa
         cfg = load_config(TrainConfig, run / "config.yaml")
         if cfg.head.type != kind:
             raise ValueError(f"{run}: holds an {cfg.head.type} head, not {kind}")
-        data = Path(cfg.data.sources[0])
-        if len(cfg.data.sources) != 1 or not data.is_file() or file_sha256(data) != want:
-            raise ValueError(f"{run}: its data {cfg.data.sources} is not the shipped chat data (sha256 {want})")
+        sources = [(str(s), file_sha256(Path(s)) if Path(s).is_file() else None) for s in cfg.data.sources]
+        _check_trained_on(run, "its data.sources", sources, want)
         launches = _launch_records(run)
         head = load_pretrained(run / "head")
         if kind == "eagle3":
@@ -675,7 +761,7 @@ def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Pa
                       "accelerate launch --config_file configs/accelerate/cpu.yaml "
                       f"-m eaglehead.train {shlex.join(argv)}"],
                   "config": (run / "config.yaml").read_text(), "launches": launches,
-                  "inputs": {"data_sha256": want, "target": cfg.model.target},
+                  "inputs": {"data_sha256s": want, "target": cfg.model.target},
                   "results": {"steps": summary.get("step"), "metrics": summary.get("metrics")},
                   "format": ("EAGLE-3 layout (vLLM / SGLang), float16" if kind == "eagle3"
                              else "eaglehead layout, float16")}
@@ -695,8 +781,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m eaglehead.demo_smollm2", description=main.__doc__)
     sub = ap.add_subparsers(dest="what", required=True)
-    d = sub.add_parser("ship-data", help="compress the chat data into the shipped assets")
-    d.add_argument("--chat-dir", default="runs/smollm2-135m-instruct/chat", help="eaglehead prepare --data-config's out_dir")
+    d = sub.add_parser("ship-data", help="compress one of the chat data files into the shipped assets")
+    d.add_argument("--kind", default="data", choices=list(DATA_ASSETS),
+                   help="which chat data: " + "; ".join(f"{k}: {DATA_CONFIGS[k].name} -> {ASSETS[k]}"
+                                                        for k in DATA_ASSETS) + " (default: data)")
+    d.add_argument("--chat-dir", default=None, help="eaglehead prepare --data-config's out_dir (default per kind: "
+                   + "; ".join(f"{k}: {CHAT_DIRS[k]}" for k in DATA_ASSETS) + ")")
     b = sub.add_parser("ship-built", help="copy what --retrain built into the shipped assets")
     b.add_argument("--out", default="runs/demo-smollm2", help="the --out of the --retrain run")
     b.add_argument("--kinds", default="eagle3,eagle1,draft-lm")
@@ -718,7 +808,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = Path(args.assets) if args.assets else assets_root()
     if args.what == "ship-data":
-        dest = ship_data(Path(args.chat_dir), root / ASSETS["data"], overwrite=args.overwrite)
+        dest = ship_data(Path(args.chat_dir or CHAT_DIRS[args.kind]), root / ASSETS[args.kind], kind=args.kind,
+                         overwrite=args.overwrite)
         print(f"shipped {dest} ({(dest / DATA_FILE).stat().st_size / 2**20:.1f} MiB compressed)")
     elif args.what == "ship-run":
         dest = ship_run(Path(args.run), args.kind, root, overwrite=args.overwrite)

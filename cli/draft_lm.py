@@ -10,18 +10,21 @@ every ``checkpoint_every`` steps) and ends with the very weights of an uninterru
 Output, ``out``: a plain Hugging Face directory (``config.json``, ``generation_config.json``,
 ``model.safetensors`` in float16, the target's tokenizer files) that ``--draft-lm`` loads, ``train.log``
 (one JSON line per evaluation), ``config.yaml`` (the resolved config) and ``recipe.json``: the exact command
-(every key spelled out), the data file's sha256, the split, the steps, held-out loss and top-1 agreement
+(every key spelled out), each data file's sha256, the split, the steps, held-out loss and top-1 agreement
 (of the trained float32 weights and of the float16 weights as shipped), package versions and the sha256 of
 every file. Its ``inputs`` and ``key`` follow ``eaglehead.builtin.shipped`` (so it can be shipped like
 the demo's draft LM).
 
 Design:
 
-* Texts: every conversation rendered with the target's chat template, exactly the token stream the
-  target decodes (system turn included), concatenated in file order and packed into chunks of
+* Texts: ``data`` is one chat JSONL file or a list of them, read in the order given. Every conversation
+  is rendered with the target's chat template, exactly the token stream the target decodes (system turn
+  included), concatenated in file order (the files one after the other) and packed into chunks of
   ``seq_len + 1`` tokens (the ChatML turn markers already separate conversations). Held out: the
   ``heldout_fraction`` of conversations with the smallest sha256 of their ``id`` (of their messages when
-  they have none): whole conversations, a fixed set that does not depend on the file's order.
+  they have none): whole conversations, a fixed set that does not depend on the file's order. With
+  several files (whose ids may repeat) the hashed name is ``"<file index>:<id>"``; a single file keeps the
+  plain ``id``, so its split and recipe key are those of a one-file recipe.
 * Loss on assistant tokens only (``loss_on: assistant``; the mask of ``eaglehead.train.data``: the reply and
   its end-of-turn token), with user and system turns as context. A draft LM only ever proposes assistant
   tokens, the user turns at evaluation are written by people rather than by the target, and a model this
@@ -65,7 +68,8 @@ RUNTIME_KEYS = ("out", "resume", "progress", "checkpoint_every")
 @dataclass
 class DraftLMConfig:
     target: str  # whose tokenizer and chat template (a built-in name, a .gguf file, a directory or hub id)
-    data: str  # chat JSONL: one {"messages": [{"role", "content"}, ...]} per line
+    # Chat JSONL (one {"messages": [{"role", "content"}, ...]} per line): a file, or a list of files read in order.
+    data: str | list[str]
     out: str  # the model directory to write
     layers: int = 2
     hidden: int = 64
@@ -90,9 +94,19 @@ class DraftLMConfig:
     progress: bool = True
 
     def __post_init__(self):
-        for name in ("target", "data", "out"):
+        for name in ("target", "out"):
             if not getattr(self, name):
                 raise ValueError(f"{name}: expected a non-empty string")
+        if isinstance(self.data, (list, tuple)):
+            if not self.data or not all(isinstance(p, str) and p for p in self.data):
+                raise ValueError(f"data: expected a file path or a non-empty list of file paths, got {self.data!r}")
+            repeated = sorted({p for p in self.data if self.data.count(p) > 1})
+            if repeated:
+                raise ValueError(f"data: {', '.join(repeated)} listed more than once (each file is read once)")
+            # A list of one file is that file: the same settings, split and recipe key as ``data: <file>``.
+            self.data = self.data[0] if len(self.data) == 1 else list(self.data)
+        elif not (isinstance(self.data, str) and self.data):
+            raise ValueError(f"data: expected a file path or a non-empty list of file paths, got {self.data!r}")
         for name in ("layers", "hidden", "heads", "intermediate", "seq_len", "batch", "steps", "eval_every",
                      "eval_chunks", "checkpoint_every", "threads"):
             if getattr(self, name) < 1:
@@ -108,6 +122,11 @@ class DraftLMConfig:
             raise ValueError(f"min_lr_ratio: expected a value in [0, 1], got {self.min_lr_ratio}")
         if not 0 < self.heldout_fraction < 1:
             raise ValueError(f"heldout_fraction: expected a value in (0, 1), got {self.heldout_fraction}")
+
+    @property
+    def data_files(self) -> list[str]:
+        """The chat JSONL files of ``data``, in the order they are read."""
+        return [self.data] if isinstance(self.data, str) else list(self.data)
 
 
 # ------------------------------------------------------------------------------------------- data
@@ -146,23 +165,36 @@ def read_conversations(path: str | os.PathLike) -> list[tuple[int, dict]]:
     return rows
 
 
-def split_heldout(rows: list[tuple[int, dict]], fraction: float) -> tuple[list, list]:
-    """(train, held-out): the ``fraction`` of conversations (at least one) with the smallest sha256 of their
-    ``id`` (of their messages without one) is held out; both keep the file's order."""
-    def key(row: dict) -> str:
+def read_data(paths: list[str]) -> list[tuple[int, int, dict]]:
+    """(file index in ``paths``, line number, row) of every conversation of every file, the files in order.
+
+    Raises ValueError naming ``file:line`` (:func:`read_conversations`) for the first bad line.
+    """
+    return [(i, n, row) for i, path in enumerate(paths) for n, row in read_conversations(path)]
+
+
+def split_heldout(rows: list[tuple[int, int, dict]], fraction: float, *, by_file: bool = False) -> tuple[list, list]:
+    """(train, held-out) of ``rows`` ((file index, line, row), as :func:`read_data` gives): the ``fraction`` of
+    conversations (at least one) with the smallest sha256 of their ``id`` (of their messages without one) is
+    held out; both keep the files' order. ``by_file`` (several files, whose ids may repeat): the hashed name
+    is ``"<file index>:<id>"``."""
+    def key(file_index: int, row: dict) -> str:
         name = row["id"] if isinstance(row.get("id"), str) else json.dumps(row["messages"], sort_keys=True)
-        return hashlib.sha256(name.encode()).hexdigest()
+        return hashlib.sha256((f"{file_index}:{name}" if by_file else name).encode()).hexdigest()
 
     n_held = max(1, round(len(rows) * fraction))
     if n_held >= len(rows):
         raise ValueError(f"heldout_fraction: {len(rows)} conversation(s) cannot be split into train and held-out "
                          f"({n_held} held out at {fraction})")
-    held = set(sorted(range(len(rows)), key=lambda i: key(rows[i][1]))[:n_held])
+    held = set(sorted(range(len(rows)), key=lambda i: key(rows[i][0], rows[i][2]))[:n_held])
     return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
 
 
-def encode(tokenizer, rows: list[tuple[int, dict]], loss_on: str, path: str, progress: bool = False):
-    """One token stream of the rendered conversations and its loss mask: (LongTensor[N], BoolTensor[N])."""
+def encode(tokenizer, rows: list[tuple[int, int, dict]], loss_on: str, paths: list[str], progress: bool = False):
+    """One token stream of the rendered conversations and its loss mask: (LongTensor[N], BoolTensor[N]).
+
+    ``rows``: (index in ``paths``, line number, row); a conversation the chat template rejects is named by
+    its own file and line."""
     import jinja2
     import torch
     from tqdm.auto import tqdm
@@ -170,11 +202,11 @@ def encode(tokenizer, rows: list[tuple[int, dict]], loss_on: str, path: str, pro
     from eaglehead.train.data import tokenize_conversation
 
     ids, mask = [], []
-    for line, row in tqdm(rows, desc="rendering", disable=not progress, mininterval=5):
+    for file_index, line, row in tqdm(rows, desc="rendering", disable=not progress, mininterval=5):
         try:
             row_ids, row_mask = tokenize_conversation(tokenizer, row["messages"])
         except (ValueError, jinja2.TemplateError) as err:
-            raise ValueError(f"{path}:{line}: {err}") from None
+            raise ValueError(f"{paths[file_index]}:{line}: {err}") from None
         ids += row_ids
         mask += [1] * len(row_ids) if loss_on == "all" else row_mask
     return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.bool)
@@ -194,19 +226,30 @@ def prepare_data(cfg: DraftLMConfig, tokenizer) -> tuple:
     """(train chunks, train masks, {split: (chunks, masks)} to evaluate, the data's record for recipe.json).
 
     Chunks are (n, seq_len + 1); each split is evaluated on the same ``eval_chunks`` evenly spaced chunks
-    at every evaluation (held out: the whole split when it is smaller).
+    at every evaluation (held out: the whole split when it is smaller). The record of a single file holds its
+    ``path`` and ``sha256``; that of several holds ``files``: [{path, sha256, conversations}, ...] in order
+    (and no top-level ``sha256``); both hold the totals (conversations, split, chunks, loss tokens).
     """
-    rows = read_conversations(cfg.data)
-    train_rows, heldout_rows = split_heldout(rows, cfg.heldout_fraction)
-    chunks, masks = pack(*encode(tokenizer, train_rows, cfg.loss_on, cfg.data, cfg.progress), cfg.seq_len,
-                         f"{cfg.data} (train split)")
-    heldout = pack(*encode(tokenizer, heldout_rows, cfg.loss_on, cfg.data), cfg.seq_len,
-                   f"{cfg.data} (held-out split of {len(heldout_rows)} conversations; raise heldout_fraction)")
+    paths = cfg.data_files
+    several = len(paths) > 1
+    rows = read_data(paths)
+    train_rows, heldout_rows = split_heldout(rows, cfg.heldout_fraction, by_file=several)
+    what = ", ".join(paths)
+    chunks, masks = pack(*encode(tokenizer, train_rows, cfg.loss_on, paths, cfg.progress), cfg.seq_len,
+                         f"{what} (train split)")
+    heldout = pack(*encode(tokenizer, heldout_rows, cfg.loss_on, paths), cfg.seq_len,
+                   f"{what} (held-out split of {len(heldout_rows)} conversations; raise heldout_fraction)")
     eval_sets = {"heldout": tuple(spread(x, cfg.eval_chunks) for x in heldout),
                  "train": tuple(spread(x, cfg.eval_chunks) for x in (chunks, masks))}
-    record = {"path": str(cfg.data), "sha256": file_sha256(Path(cfg.data)), "conversations": len(rows),
+    if several:
+        source = {"files": [{"path": str(p), "sha256": file_sha256(Path(p)),
+                             "conversations": sum(r[0] == i for r in rows)} for i, p in enumerate(paths)]}
+        rule = "sha256('<file index>:<id>')"
+    else:
+        source, rule = {"path": str(paths[0]), "sha256": file_sha256(Path(paths[0]))}, "sha256(id)"
+    record = {**source, "conversations": len(rows),
               "train_conversations": len(train_rows), "heldout_conversations": len(heldout_rows),
-              "heldout_rule": f"the {cfg.heldout_fraction} of conversations with the smallest sha256(id)",
+              "heldout_rule": f"the {cfg.heldout_fraction} of conversations with the smallest {rule}",
               "train_chunks": len(chunks), "train_loss_tokens": int(masks[:, 1:].sum()),
               "heldout_eval_chunks": len(eval_sets["heldout"][0]),
               "heldout_eval_loss_tokens": int(eval_sets["heldout"][1][:, 1:].sum())}
@@ -283,6 +326,8 @@ def evaluate(model, chunks, masks, batch: int) -> dict:
 def command_for(cfg: DraftLMConfig, config_path: str) -> str:
     """The command that reproduces ``cfg`` whatever the YAML holds later: every key as an override."""
     def value(v):
+        if isinstance(v, list):  # e.g. several data files: a JSON list, which the override reads back
+            return shlex.quote(json.dumps(v))
         return json.dumps(v) if isinstance(v, bool) or v is None else shlex.quote(str(v))
 
     return f"python -m eaglehead.draft_lm --config {shlex.quote(str(config_path))} " + " ".join(

@@ -10,9 +10,9 @@ from eaglehead.train.config import load_config
 from eaglehead.train.recipe import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TRAIN = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.endswith(("-data.yaml", "-draft-lm.yaml")))
-DATA = sorted(CONFIGS.glob("*-data.yaml"))  # chat data the target writes (eaglehead.datagen)
+DATA = sorted(CONFIGS.glob("*-data*.yaml"))  # chat data the target writes (eaglehead.datagen)
 DRAFT_LM = sorted(CONFIGS.glob("*-draft-lm.yaml"))  # small draft LMs with a target's tokenizer (eaglehead.draft_lm)
+TRAIN = sorted(set(CONFIGS.glob("*.yaml")) - set(DATA) - set(DRAFT_LM))
 ACCEL = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
@@ -36,7 +36,8 @@ def test_chat_data_config_loads_and_documents_its_command(path):
     from eaglehead.datagen import ChatDataConfig
 
     cfg = load_config(ChatDataConfig, path)
-    assert cfg.synthesis.magpie_prompts + cfg.synthesis.stdlib_prompts > 0
+    s = cfg.synthesis
+    assert s.magpie_prompts + s.stdlib_prompts + s.pydoc_prompts + s.category_prompts > 0
     assert any(line.startswith("#") and "eaglehead prepare --data-config" in line
                for line in path.read_text().splitlines())
 

@@ -154,3 +154,60 @@ def test_eaglehead_prepare_data_config_runs_the_chat_data_stages(target_dir, tmp
     manifest = json.loads((tmp_path / "chat" / "manifest.json").read_text())
     assert manifest["conversations"] == 3 and "followups" not in manifest
     assert main(["prepare"]) == 2  # neither config: a named error, exit status 2
+
+
+def test_category_prompts_bring_their_own_follow_up_and_overlapping_follow_ups_are_dropped(target_dir, tmp_path,
+                                                                                           monkeypatch):
+    from eaglehead.builtin.mtbench import load_mtbench
+
+    turn2 = load_mtbench()[3].turns[1]
+    real = datagen.category_task_prompts
+
+    def planted(n, seed=0):
+        rows = real(n, seed)
+        rows[0]["followup"] = turn2  # a benchmark follow-up: must not reach the data
+        return rows
+
+    monkeypatch.setattr(datagen, "category_task_prompts", planted)
+    cfg = _cfg(target_dir, tmp_path, magpie_prompts=0, stdlib_prompts=0, pydoc_prompts=0, category_prompts=8,
+               second_turn_fraction=1.0)
+    calls = {"followup": 0}
+    real_followups = datagen.followups
+
+    def counting(target, cfg_, out, convs):
+        calls["followup"] += len(convs)
+        return real_followups(target, cfg_, out, convs)
+
+    monkeypatch.setattr(datagen, "followups", counting)
+    manifest = datagen.run(cfg)
+    assert manifest["by_source"] == {f"task:{c}": 1 for c in
+                                     ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                                      "humanities")}
+    assert manifest["overlap"] == {"mt-bench (follow-up)": 1}
+    rows = [json.loads(x) for x in (tmp_path / "conversations.jsonl").read_text().splitlines()]
+    seeds = {p["prompt"]: p for p in real(8, 0)}
+    assert calls["followup"] == 1  # only the conversation whose follow-up was dropped asks the target for one
+    assert all(len(r["messages"]) == 4 for r in rows) and turn2 not in json.dumps(rows)
+    own = [r for r in rows if r["messages"][2]["content"] == seeds[r["messages"][0]["content"]]["followup"]]
+    assert len(own) == 7
+
+
+def test_a_directory_started_before_category_prompts_existed_is_still_accepted(target_dir, tmp_path):
+    cfg = _cfg(target_dir, tmp_path)
+    saved = json.dumps(datagen._shard_defining(cfg), indent=2, sort_keys=True)
+    assert "category_prompts" not in saved  # 0, the default: the saved config is the one written before
+    cfg.synthesis.category_prompts = 8
+    assert datagen._shard_defining(cfg)["synthesis"]["category_prompts"] == 8
+
+
+def test_id_prefix_names_the_conversations_and_does_not_change_the_shards(target_dir, tmp_path):
+    datagen.run(_cfg(target_dir, tmp_path))
+    before = sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*-0*.jsonl"))
+    cfg = _cfg(target_dir, tmp_path)
+    cfg.id_prefix = "task"
+    datagen.run(cfg)  # the same directory: the prefix is not part of what the shards hold
+    rows = [json.loads(x) for x in (tmp_path / "conversations.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [f"task-{i:06d}" for i in range(len(rows))]
+    assert sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*-0*.jsonl")) == before
+    with pytest.raises(ValueError, match="id_prefix: expected letters"):
+        datagen.ChatDataConfig(target=target_dir, out_dir=str(tmp_path), id_prefix="a b")

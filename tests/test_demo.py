@@ -114,3 +114,14 @@ def test_the_shipped_heads_match_this_codes_full_size_recipe(tmp_path):
     for kind in ("eagle3", "eagle1"):
         key = head_recipe_key(_head_config(tmp_path, kind, target_dir, sizes)[1], target_key)
         assert shipped_head(kind, key) is not None, kind
+
+
+def test_a_config_field_added_after_shipping_keeps_the_key_only_at_the_value_the_heads_were_trained_with(tmp_path):
+    from eaglehead.demo import ADDED_LATER, _head_config, _sizes, head_recipe_key
+
+    cfg = _head_config(tmp_path, "eagle3", "x", _sizes("tiny"))[1]
+    key = head_recipe_key(cfg, "t")
+    for (section, name), neutral in ADDED_LATER.items():
+        assert getattr(getattr(cfg, section), name) == neutral
+    cfg.head.layer_init = "target"
+    assert head_recipe_key(cfg, "t") != key

@@ -2,6 +2,7 @@
 artifacts, MT-bench and HumanEval: the report and its tables, the asset checks (a damaged file, a missing
 head), the --retrain commands, and the command line."""
 
+import hashlib
 import json
 import lzma
 import shutil
@@ -28,19 +29,32 @@ def _recipe(path, commands=("built by the test",)):
                                                   "commands": list(commands)}))
 
 
+def _data_asset(path, text):
+    """A shipped chat data asset holding ``text`` (conversations.jsonl), as ship-data lays it out."""
+    path.mkdir(parents=True)
+    (path / "conversations.jsonl.xz").write_bytes(lzma.compress(text.encode()))
+    _recipe(path)
+    recipe = json.loads((path / "recipe.json").read_text())
+    recipe["inputs"] = {"conversations_sha256": hashlib.sha256(text.encode()).hexdigest()}
+    (path / "recipe.json").write_text(json.dumps(recipe))
+
+
+def _chat(topic, n=4):
+    return "".join(json.dumps({"id": f"chat-{i:06d}", "messages": [
+        {"role": "user", "content": f"{topic} {i}"},
+        {"role": "assistant", "content": f"def {topic}(a, b):\n    return a + b + {i}\n"}]}) + "\n" for i in range(n))
+
+
 def _write_assets(root, target, tok):
     torch.manual_seed(1)
     save_pretrained(Eagle3Head(Eagle3Config.from_target_config(target.config, draft_vocab_size=len(tok))),
                     root / "smollm2_eagle3")
     save_pretrained(Eagle1Head(Eagle1Head.config_from_target(target.config)), root / "smollm2_eagle1")
     save_tiny_target(root / "smollm2_draft_lm", seed=3, layers=1)
-    (root / "smollm2_data").mkdir()
-    chat = [{"messages": [{"role": "user", "content": "add two numbers"},
-                          {"role": "assistant", "content": "def add(a, b):\n    return a + b\n"}]}] * 4
-    with lzma.open(root / "smollm2_data" / "conversations.jsonl.xz", "wt") as fh:
-        fh.write("".join(json.dumps(c) + "\n" for c in chat))
-    for name in ("smollm2_eagle3", "smollm2_eagle1", "smollm2_draft_lm", "smollm2_data"):
+    for name in ("smollm2_eagle3", "smollm2_eagle1", "smollm2_draft_lm"):
         _recipe(root / name)
+    _data_asset(root / "smollm2_data", _chat("add"))  # both chat data files, their ids alike as in the real ones
+    _data_asset(root / "smollm2_data_tasks", _chat("task"))
 
 
 @pytest.fixture(scope="module")
@@ -191,26 +205,58 @@ def test_retrain_runs_the_recipe_commands_and_packages_the_heads(stand_ins, tmp_
     retrain(tmp_path, stand_ins / "assets", "builtin:smollm2-135m-instruct", extra, run=fake_run)
     assert [c[:2] for c in ran] == [["eaglehead", "prepare"], ["accelerate", "launch"], ["accelerate", "launch"],
                                     ["python", "-m"]]
-    data = tmp_path / "data" / "conversations.jsonl"
-    assert f"data.sources={json.dumps([str(data)])}" in ran[0] and data.read_text().count("\n") == 4
+    # Both shipped data files, unpacked each to its own directory, in the recipe's order.
+    data = [tmp_path / "data" / name / "conversations.jsonl" for name in ("smollm2_data", "smollm2_data_tasks")]
+    assert [p.read_text() for p in data] == [_chat("add"), _chat("task")]
+    assert f"data.sources={json.dumps([str(p) for p in data])}" in ran[0]
+    prepared = load_config(TrainConfig, CONFIG, ran[0][ran[0].index("--cache-features") + 2:])
+    assert prepared.data.sources == [str(p) for p in data]
+    draft_cfg = load_config(DraftLMConfig, DRAFT_LM_CONFIG, ran[3][5:])
+    assert draft_cfg.data == [str(p) for p in data] and f"data={json.dumps([str(p) for p in data])}" in ran[3]
     for cmd, kind in zip(ran[1:], ("eagle3", "eagle1")):
         cfg = load_config(TrainConfig, CONFIG, cmd[cmd.index(str(CONFIG)) + 1:])  # the commands are valid configs
         assert cfg.head.type == kind and cfg.optim.max_steps == 2 and cfg.head.draft_vocab_size == 128
         assert cfg.features.dir == str(tmp_path / "retrain" / "features")
         recipe = verify_asset(tmp_path / "assets" / f"smollm2_{kind}")
         assert "config.json" in recipe["files"] and recipe["commands"][1].startswith("accelerate launch --config_file")
-    assert "head.eagle1_vocab=draft" in ran[2] and f"data={data}" in ran[3]
+        assert recipe["inputs"]["data_sha256s"] == [file_sha256(p) for p in data]
+    assert "head.eagle1_vocab=draft" in ran[2]
     verify_asset(tmp_path / "assets" / "smollm2_draft_lm")
     retrain(tmp_path, stand_ins / "assets", "builtin:smollm2-135m-instruct", extra, run=fake_run)
     assert [c[:2] for c in ran[4:]] == [["python", "-m"]]  # heads unchanged: kept; the draft LM checks itself
 
-    def trainer(data_file, out_dir, target):
+    def trainer(data_files, out_dir, target):
+        assert data_files == data
         shutil.copytree(stand_ins / "assets" / "smollm2_draft_lm", out_dir, dirs_exist_ok=True)
-        return [f"train-draft-lm {data_file} {out_dir}"]
+        return [f"train-draft-lm {' '.join(map(str, data_files))} {out_dir}"]
 
     retrain(tmp_path, stand_ins / "assets", "builtin:smollm2-135m-instruct", extra, run=fake_run,
             draft_lm_trainer=trainer)
-    assert verify_asset(tmp_path / "assets" / "smollm2_draft_lm")["commands"][0].startswith("train-draft-lm")
+    built = verify_asset(tmp_path / "assets" / "smollm2_draft_lm")
+    assert built["commands"][0].startswith("train-draft-lm") and built["inputs"]["data_sha256s"] == [
+        file_sha256(p) for p in data]
+
+
+def test_a_missing_data_asset_is_named_with_the_commands_that_build_it(stand_ins, tmp_path):
+    """Without the second chat data file (smollm2_data_tasks), --retrain and ship-run stop with the
+    named MissingArtifactError and the commands that build it, before any work."""
+    from eaglehead.builtin.shipped import MissingArtifactError
+    from eaglehead.demo_smollm2 import _base_sizes, retrain, ship_run
+
+    assets = tmp_path / "assets"
+    shutil.copytree(stand_ins / "assets", assets)
+    shutil.rmtree(assets / "smollm2_data_tasks")
+
+    def no_run(cmd, log):
+        raise AssertionError(f"ran {cmd} without the second data file")
+
+    hint = (rf"{assets / 'smollm2_data_tasks'} is not shipped \(no recipe.json\); build it with: eaglehead prepare "
+            r"--data-config \S*smollm2-135m-instruct-data-tasks.yaml, then python -m eaglehead.demo_smollm2 "
+            rf"ship-data --kind data-tasks --chat-dir runs/smollm2-135m-instruct/chat-tasks --assets {assets}")
+    with pytest.raises(MissingArtifactError, match=hint):
+        retrain(tmp_path / "out", assets, "builtin:smollm2-135m-instruct", _base_sizes("tiny")["retrain"], run=no_run)
+    with pytest.raises(MissingArtifactError, match=hint):
+        ship_run(tmp_path / "no-run", "eagle3", assets, overwrite=True)
 
 
 def test_demo_target_option(capsys):
@@ -244,13 +290,44 @@ def test_ship_data_compresses_verifies_and_refuses_to_overwrite(tmp_path):
     assert "eaglehead prepare --data-config" in recipe["commands"][0]
     assert (shipped / DATA_FILE).stat().st_size < (chat / "conversations.jsonl").stat().st_size
     path, digest = unpack_data(shipped, tmp_path / "out")  # what --retrain reads back: byte-identical
-    assert path.read_bytes() == (chat / "conversations.jsonl").read_bytes() and digest == recipe["files"][DATA_FILE]
+    assert path == tmp_path / "out" / "data" / "smollm2_data" / "conversations.jsonl"
+    assert path.read_bytes() == (chat / "conversations.jsonl").read_bytes() and digest == manifest["sha256"]
     with pytest.raises(ValueError, match="--overwrite"):
         ship_main(["ship-data", "--chat-dir", str(chat), "--assets", str(assets)])
     (chat / "conversations.jsonl").write_text("changed\n")
     with pytest.raises(ValueError, match="sha256 differs"):
         ship_main(["ship-data", "--chat-dir", str(chat), "--assets", str(assets), "--overwrite"])
     assert not list(assets.glob("*.build*"))
+
+
+def test_ship_data_of_the_task_chat_is_the_second_data_asset(tmp_path):
+    from eaglehead.demo_smollm2 import DATA_ASSETS, DATA_FILE, main as ship_main, unpack_data
+
+    assert DATA_ASSETS == ("data", "data-tasks")
+    chat = tmp_path / "chat-tasks"
+    chat.mkdir()
+    (chat / "conversations.jsonl").write_text(_chat("task", 20))
+    manifest = {"file": "conversations.jsonl", "sha256": file_sha256(chat / "conversations.jsonl"), "conversations": 20}
+    (chat / "manifest.json").write_text(json.dumps(manifest))
+    (chat / "config.json").write_text(json.dumps({"target": "builtin:smollm2-135m-instruct"}))
+    assets = tmp_path / "assets"
+    with pytest.raises(ValueError, match=r"no such file; write the data-tasks chat data first with: eaglehead "
+                                         r"prepare --data-config \S*smollm2-135m-instruct-data-tasks.yaml"):
+        ship_main(["ship-data", "--kind", "data-tasks", "--chat-dir", str(tmp_path / "none"), "--assets", str(assets)])
+    assert ship_main(["ship-data", "--kind", "data-tasks", "--chat-dir", str(chat), "--assets", str(assets)]) == 0
+    assert sorted(p.name for p in assets.iterdir()) == ["smollm2_data_tasks"]  # the first data asset untouched
+    shipped = assets / "smollm2_data_tasks"
+    recipe = json.loads((shipped / "recipe.json").read_text())
+    assert recipe["commands"] == ["eaglehead prepare --data-config configs/smollm2-135m-instruct-data-tasks.yaml"]
+    assert recipe["inputs"]["conversations_sha256"] == manifest["sha256"] and DATA_FILE in recipe["files"]
+    assert json.loads((shipped / "data_config.json").read_text())["target"] == "builtin:smollm2-135m-instruct"
+    path, digest = unpack_data(shipped, tmp_path / "out", "data-tasks")
+    assert path == tmp_path / "out" / "data" / "smollm2_data_tasks" / "conversations.jsonl"
+    assert path.read_bytes() == (chat / "conversations.jsonl").read_bytes() and digest == manifest["sha256"]
+    with pytest.raises(ValueError, match="--overwrite to replace the shipped data-tasks"):
+        ship_main(["ship-data", "--kind", "data-tasks", "--chat-dir", str(chat), "--assets", str(assets)])
+    with pytest.raises(SystemExit):
+        ship_main(["ship-data", "--kind", "eagle3", "--chat-dir", str(chat), "--assets", str(assets)])
 
 
 def test_ship_built_copies_verified_artifacts(stand_ins, tmp_path):
@@ -289,9 +366,10 @@ def test_the_shipped_chat_data_is_intact_and_large_enough(tmp_path):
 
 
 def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path):
-    """A run of the README's recipe (here 2 steps on a tiny target) ships as the EAGLE-3 layout in float16,
-    with its commands, config, launches, data hash and metrics; runs on other data, unfinished runs and
-    occupied destinations are refused."""
+    """A run of the README's recipe (here 2 steps on a tiny target, on both shipped chat data files) ships as
+    the EAGLE-3 layout in float16, with its commands, config, launches, data hashes and metrics; runs on other
+    data, on the first data file only or on both in the wrong order, unfinished runs and occupied
+    destinations are refused."""
     import yaml
     from safetensors import safe_open
 
@@ -301,21 +379,19 @@ def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path)
     from eaglehead.train.recipe import TrainConfig
     from eaglehead.train.trainer import train
 
-    chat = tmp_path / "conversations.jsonl"
-    rows = [{"messages": [{"role": "user", "content": f"count to {i}"},
-                          {"role": "assistant", "content": " ".join(WORDS[: 2 + i % 6])}]} for i in range(12)]
-    chat.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    chat, tasks = tmp_path / "chat" / "conversations.jsonl", tmp_path / "chat-tasks" / "conversations.jsonl"
+    for path, verb in ((chat, "count to"), (tasks, "name")):
+        rows = [{"messages": [{"role": "user", "content": f"{verb} {i}"},
+                              {"role": "assistant", "content": " ".join(WORDS[: 2 + i % 6])}]} for i in range(6)]
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     root = tmp_path / "assets"
-    (root / "smollm2_data").mkdir(parents=True)
-    (root / "smollm2_data" / "conversations.jsonl.xz").write_bytes(lzma.compress(chat.read_bytes()))
-    _recipe(root / "smollm2_data")
-    recipe = json.loads((root / "smollm2_data" / "recipe.json").read_text())
-    recipe["inputs"] = {"conversations_sha256": file_sha256(chat)}
-    (root / "smollm2_data" / "recipe.json").write_text(json.dumps(recipe))
+    _data_asset(root / "smollm2_data", chat.read_text())
+    _data_asset(root / "smollm2_data_tasks", tasks.read_text())
 
-    def run_of(kind, name, data=chat):
+    def run_of(kind, name, data=(chat, tasks)):
         cfg = {"output_dir": str(tmp_path / name), "model": {"target": str(stand_ins / "target")},
-               "data": {"sources": [str(data)], "max_length": 64},
+               "data": {"sources": [str(p) for p in data], "max_length": 64},
                "head": {"type": kind, "draft_vocab_size": 64, **({"fused_layer_ids": None} if kind == "eagle1" else {})},
                "rollout": {"depth": 2, "deep_stride": 2}, "optim": {"max_steps": 2, "micro_batch_size": 2},
                "save_every": 0, "log_every": 1}
@@ -330,7 +406,7 @@ def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path)
     e3 = run_of("eagle3", "e3")
     dest = ship_run(e3, "eagle3", root)
     got = verify_asset(dest)
-    assert head_layout(dest) == "eagle3" and got["inputs"]["data_sha256"] == file_sha256(chat)
+    assert head_layout(dest) == "eagle3" and got["inputs"]["data_sha256s"] == [file_sha256(chat), file_sha256(tasks)]
     assert got["results"]["steps"] == 2 and got["launches"][0]["start_step"] == 0 and got["commit"] is not None
     assert got["commands"][1].startswith("accelerate launch --config_file configs/accelerate/cpu.yaml -m eaglehead.train")
     with safe_open(str(dest / "model.safetensors"), "pt") as f:
@@ -344,8 +420,25 @@ def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path)
         ship_run(e1, "eagle3", root, overwrite=True)
     other = tmp_path / "other.jsonl"
     other.write_text(chat.read_text().replace("count", "list"))
-    with pytest.raises(ValueError, match="not the shipped chat data"):
-        ship_run(run_of("eagle3", "e3other", other), "eagle3", root, overwrite=True)
+    with pytest.raises(ValueError, match=rf"data.sources\[0\] {other} has sha256 {file_sha256(other)}: not the "
+                                         r"shipped chat data \(position 0 must be smollm2_data"):
+        ship_run(run_of("eagle3", "e3other", (other, tasks)), "eagle3", root, overwrite=True)
+
+    def sources_changed(name, sources):  # the finished run, as if trained on other data.sources
+        run = tmp_path / name
+        shutil.copytree(e3, run)
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg["data"]["sources"] = [str(p) for p in sources]
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+        return run
+
+    with pytest.raises(ValueError, match=r"its data.sources lists 1 file\(s\) .*: not the shipped chat data; "
+                                         r"expected the shipped chat data, 2 file\(s\) in this order: smollm2_data "):
+        ship_run(sources_changed("first-only", [chat]), "eagle3", root, overwrite=True)
+    with pytest.raises(ValueError, match=rf"data.sources\[0\] {tasks} has sha256 {file_sha256(tasks)}: the shipped "
+                                         r"smollm2_data_tasks, in the wrong order \(position 0 must be smollm2_data,"):
+        ship_run(sources_changed("swapped", [tasks, chat]), "eagle3", root, overwrite=True)
+    assert verify_asset(dest)["inputs"]["data_sha256s"] == got["inputs"]["data_sha256s"]  # the refusals left it
     (e3 / "summary.json").unlink()
     with pytest.raises(ValueError, match="has not finished"):
         ship_run(e3, "eagle3", root, overwrite=True)

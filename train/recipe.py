@@ -58,6 +58,11 @@ class HeadConfig:
     # target: lm_head starts as the target's output rows of the draft vocabulary and the final norm as the
     # target's final RMSNorm (it raises held-out agreement: BENCHMARKS.md); random: PyTorch's default.
     lm_head_init: Literal["target", "random"] = "target"
+    # target: the decoder layer starts as the target's last decoder layer (q/k/v read [embedding; feature]:
+    # each half gets half the target's weights, so equal halves give the target's projections) and fc passes
+    # the top fused feature through (an identity block added to its random init). On SmolLM2 it reached the
+    # random init's step-150 agreement at step 100 (BENCHMARKS.md). random: PyTorch's default.
+    layer_init: Literal["random", "target"] = "random"
 
 
 @dataclass
@@ -196,7 +201,55 @@ def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> E
         head.set_vocab(*build_draft_vocab(token_counts, size))
     if cfg.head.lm_head_init == "target":
         init_output_from_target(head, target)
+    if cfg.head.layer_init == "target":
+        init_layer_from_target(head, target)
     return head
+
+
+def init_layer_from_target(head: Eagle3Head, target) -> None:
+    """Start ``head.midlayer`` as the target's last decoder layer and add an identity block for the top fused
+    feature to ``head.fc``.
+
+    The head's q/k/v read ``[norm(embedding); norm(feature)]`` (width 2H): both halves get half the target's
+    weights, so when the two halves are equal the projections are the target's. Both input norms take the
+    target layer's input-norm gain. Needs a Llama-style layer (``self_attn.{q,k,v,o}_proj``,
+    ``mlp.{gate,up,down}_proj``, two RMSNorms) of the head's sizes; anything else is a ValueError naming
+    ``head.layer_init``.
+    """
+    decoder = target.get_decoder() if hasattr(target, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if not layers:
+        raise ValueError(f"head.layer_init=target: {type(target).__name__} has no decoder layers to copy "
+                         "(expected model.layers); use head.layer_init=random")
+    src, dst = layers[-1], head.midlayer
+    pairs = {"self_attn.o_proj.weight": dst.self_attn.o_proj.weight,
+             "mlp.gate_proj.weight": dst.mlp.gate_proj.weight, "mlp.up_proj.weight": dst.mlp.up_proj.weight,
+             "mlp.down_proj.weight": dst.mlp.down_proj.weight,
+             "input_layernorm.weight": dst.input_layernorm.weight,
+             "post_attention_layernorm.weight": dst.post_attention_layernorm.weight}
+    for name in ("q_proj", "k_proj", "v_proj"):
+        pairs[f"self_attn.{name}.weight"] = getattr(dst.self_attn, name).weight
+    weights = dict(src.named_parameters())
+    for name, param in pairs.items():
+        w = weights.get(name)
+        want = (param.shape[0], param.shape[1] // 2) if name.endswith(("q_proj.weight", "k_proj.weight",
+                                                                      "v_proj.weight")) else tuple(param.shape)
+        if w is None or tuple(w.shape) != want:
+            got = "missing" if w is None else f"shape {tuple(w.shape)}"
+            raise ValueError(f"head.layer_init=target: the target's last layer has {name} {got}, the head needs "
+                             f"{want} (a Llama-style layer of the head's sizes; head.intermediate_size must be "
+                             "the target's); use head.layer_init=random")
+    width = head.config.hidden_size
+    top = head.config.fused_layer_ids.index(max(head.config.fused_layer_ids))
+    with torch.no_grad():
+        for name, param in pairs.items():
+            w = weights[name].to(param)
+            if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+                w = torch.cat([0.5 * w, 0.5 * w], dim=1)
+            param.copy_(w)
+        dst.hidden_norm.weight.copy_(weights["input_layernorm.weight"].to(dst.hidden_norm.weight))
+        block = head.fc.weight[:, top * width:(top + 1) * width]
+        block += torch.eye(width, dtype=block.dtype, device=block.device)
 
 
 def init_output_from_target(head: Eagle3Head, target) -> bool:

@@ -423,3 +423,53 @@ def test_bench_step_times_strides_on_the_recipes_batches(workspace, capsys):
                for r in lines)
     with pytest.raises(ValueError, match="no feature cache"):
         bench_step.main(["--config", str(write_config(workspace, "bench2")), "--repeats", "1"])
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
+def test_layer_init_target_starts_the_decoder_layer_as_the_targets_last_layer(workspace, kind):
+    target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
+    vocab = target.get_output_embeddings().weight.shape[0]
+    last = target.get_decoder().layers[-1]
+    with torch.no_grad():  # non-trivial norm gains, so that copying them is visible
+        for norm in (last.input_layernorm, last.post_attention_layernorm):
+            norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(1))
+    heads = {}
+    for init in ("target", "random"):
+        overrides = ["head.init_from=null", f"head.layer_init={init}", "head.draft_vocab_size=100"]
+        if kind == "eagle1":
+            overrides += ["head.type=eagle1", "head.fused_layer_ids=null"]
+        cfg = load_config(TrainConfig, write_config(workspace, "layer_init"), overrides)
+        torch.manual_seed(0)
+        heads[init] = recipe_mod.build_head(cfg, target, torch.arange(vocab, 0, -1))
+    head, plain = heads["target"], heads["random"]
+    m = head.midlayer
+    for name in ("o_proj",):
+        assert torch.equal(getattr(m.self_attn, name).weight, getattr(last.self_attn, name).weight)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        assert torch.equal(getattr(m.mlp, name).weight, getattr(last.mlp, name).weight)
+    assert torch.equal(m.post_attention_layernorm.weight, last.post_attention_layernorm.weight)
+    # Equal halves [x; x] give the target's projections of its normed input.
+    x = torch.randn(3, 5, target.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    both = torch.cat([m.input_layernorm(x), m.hidden_norm(x)], dim=-1)
+    normed = last.input_layernorm(x)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        torch.testing.assert_close(getattr(m.self_attn, name)(both), getattr(last.self_attn, name)(normed),
+                                   rtol=1e-5, atol=1e-6)
+    # fc: the random init (same seed) plus an identity block on the top fused layer's columns, nothing else.
+    width = target.config.hidden_size
+    top = head.config.fused_layer_ids.index(max(head.config.fused_layer_ids))
+    delta = head.fc.weight - plain.fc.weight
+    expected = torch.zeros_like(delta)
+    expected[:, top * width:(top + 1) * width] = torch.eye(width)
+    torch.testing.assert_close(delta, expected, rtol=0, atol=1e-6)
+    assert torch.equal(head.lm_head.weight, plain.lm_head.weight) and torch.equal(head.d2t, plain.d2t)
+
+
+def test_layer_init_target_with_another_layer_size_is_a_named_error(workspace):
+    target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
+    cfg = load_config(TrainConfig, write_config(workspace, "layer_init_bad"),
+                      ["head.init_from=null", "head.layer_init=target", "head.draft_vocab_size=100",
+                       f"head.intermediate_size={target.config.intermediate_size + 8}"])
+    vocab = target.get_output_embeddings().weight.shape[0]
+    with pytest.raises(ValueError, match=r"head.layer_init=target: the target's last layer has mlp.gate_proj.weight"):
+        recipe_mod.build_head(cfg, target, torch.arange(vocab, 0, -1))
