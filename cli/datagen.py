@@ -47,7 +47,7 @@ from eaglehead.builtin.shipped import file_sha256
 from eaglehead.builtin.text import left_pad
 from eaglehead.decode import SamplingConfig, probs, sample_from
 from eaglehead.train import chat_data as cd
-from eaglehead.train.config import dump_config, load_config
+from eaglehead.train.config import dump_config, load_config, omit_added_later
 from eaglehead.train.task_prompts import category_task_prompts
 
 SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
@@ -429,12 +429,15 @@ def run(cfg: ChatDataConfig) -> dict:
 
 def _shard_defining(cfg: ChatDataConfig) -> dict:
     """The settings that decide what the shards hold (device, dtype of compute and threads do not)."""
-    data = dump_config(cfg)
+    data = omit_added_later(dump_config(cfg), ADDED_LATER)
     for key in ("out_dir", "device", "threads", "id_prefix"):
         data.pop(key)
-    if not data["synthesis"]["category_prompts"]:  # added later: directories started before it stay valid
-        data["synthesis"].pop("category_prompts")
     return data
+
+
+# Fields added after data directories were started, at the value that writes what those directories hold: there
+# they stay out of the saved config, so the directories remain valid.
+ADDED_LATER = {("synthesis", "category_prompts"): 0}
 
 
 def random_subset(items: list[int], fraction: float, seed: int) -> list[int]:

@@ -199,15 +199,12 @@ def stage_heads(out: Path, target_dir: str, target_key: str, sizes: dict, retrai
 def head_recipe_key(cfg, target_key: str) -> str:
     """What a demo head is trained from: its config without the paths of this machine (output, target and
     feature directories) and the target's recipe key."""
-    from eaglehead.train.config import dump_config
+    from eaglehead.train.config import dump_config, omit_added_later
 
-    config = dump_config(cfg)
+    config = omit_added_later(dump_config(cfg), ADDED_LATER)
     config.pop("output_dir", None)
     config.get("model", {}).pop("target", None)
     config.get("features", {}).pop("dir", None)
-    for (section, name), neutral in ADDED_LATER.items():  # at the value the shipped heads were trained with
-        if config.get(section, {}).get(name, neutral) == neutral:
-            config.get(section, {}).pop(name, None)
     return _key({"config": config, "target": target_key})
 
 

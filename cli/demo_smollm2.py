@@ -170,14 +170,20 @@ def verify_data(root: Path) -> list[dict]:
     recipes = []
     for kind in DATA_ASSETS:
         data_dir = root / ASSETS[kind]
-        recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir, kind))
-        if DATA_FILE not in recipe["files"]:
-            raise ValueError(f"{data_dir / 'recipe.json'}: expected {DATA_FILE} among its files")
+        recipe = _data_recipe(data_dir, kind)
         if not isinstance(recipe.get("inputs", {}).get("conversations_sha256"), str):
             raise ValueError(f"{data_dir / 'recipe.json'}: expected inputs.conversations_sha256, the sha256 of the "
                              f"uncompressed conversations; rebuild it with: {data_rebuild_hint(data_dir, kind)}")
         recipes.append(recipe)
     return recipes
+
+
+def _data_recipe(data_dir: Path, kind: str) -> dict:
+    """``data_dir``'s recipe.json, its files verified by hash, with the compressed conversations among them."""
+    recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir, kind))
+    if DATA_FILE not in recipe["files"]:
+        raise ValueError(f"{data_dir / 'recipe.json'}: expected {DATA_FILE} among its files")
+    return recipe
 
 
 # --------------------------------------------------------------------------------------- retrain
@@ -186,18 +192,17 @@ def unpack_data(data_dir: Path, out: Path, kind: str = "data") -> tuple[Path, st
     """(``out/data/<data_dir's name>/conversations.jsonl``, its sha256): the shipped ``kind`` chat data,
     verified and decompressed once per shipped file; the sha256 is the uncompressed file's, checked against
     the recipe's ``inputs.conversations_sha256`` where it records one."""
-    recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir, kind))
-    if DATA_FILE not in recipe["files"]:
-        raise ValueError(f"{data_dir / 'recipe.json'}: expected {DATA_FILE} among its files")
+    recipe = _data_recipe(data_dir, kind)
     stamp, dest = recipe["files"][DATA_FILE], out / "data" / data_dir.name
     want = recipe.get("inputs", {}).get("conversations_sha256")
     path = dest / "conversations.jsonl"
-    if not _stamped(dest, stamp) or not path.is_file() or (want is not None and file_sha256(path) != want):
+    digest = file_sha256(path) if _stamped(dest, stamp) and path.is_file() else None
+    if digest is None or (want is not None and digest != want):
         dest.mkdir(parents=True, exist_ok=True)
         with lzma.open(data_dir / DATA_FILE) as src, path.open("wb") as dst:
             shutil.copyfileobj(src, dst)
         _stamp(dest, stamp)
-    digest = file_sha256(path)
+        digest = file_sha256(path)
     if want is not None and digest != want:
         raise ValueError(f"{data_dir / DATA_FILE}: decompresses to a file with sha256 {digest}, not the "
                          f"inputs.conversations_sha256 {want} of its recipe.json; rebuild it with: "

@@ -73,6 +73,20 @@ def dump_config(obj: Any) -> dict:
     return _plain(obj)
 
 
+def omit_added_later(data: dict, added_later: dict[tuple[str, str], Any]) -> dict:
+    """Remove from a dumped config (``dump_config``) each ``(section, name)`` field of ``added_later`` that holds
+    the value given there, in place; returns ``data``.
+
+    For keys hashed from a config (a shipped artifact's recipe key, a data directory's saved config): a field
+    added after something was keyed, at the value that reproduces how it was made, leaves the key unchanged.
+    """
+    for (section, name), neutral in added_later.items():
+        part = data.get(section, {})
+        if name in part and part[name] == neutral:
+            del part[name]
+    return data
+
+
 def save_config(obj: Any, path: str | Path) -> None:
     """Write the resolved config (every field, defaults included) as YAML."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -222,18 +222,13 @@ def init_layer_from_target(head: Eagle3Head, target) -> None:
         raise ValueError(f"head.layer_init=target: {type(target).__name__} has no decoder layers to copy "
                          "(expected model.layers); use head.layer_init=random")
     src, dst = layers[-1], head.midlayer
-    pairs = {"self_attn.o_proj.weight": dst.self_attn.o_proj.weight,
-             "mlp.gate_proj.weight": dst.mlp.gate_proj.weight, "mlp.up_proj.weight": dst.mlp.up_proj.weight,
-             "mlp.down_proj.weight": dst.mlp.down_proj.weight,
-             "input_layernorm.weight": dst.input_layernorm.weight,
-             "post_attention_layernorm.weight": dst.post_attention_layernorm.weight}
-    for name in ("q_proj", "k_proj", "v_proj"):
-        pairs[f"self_attn.{name}.weight"] = getattr(dst.self_attn, name).weight
+    halved = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")  # read [emb; feature]
+    names = halved + ("self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                      "input_layernorm.weight", "post_attention_layernorm.weight")
     weights = dict(src.named_parameters())
-    for name, param in pairs.items():
-        w = weights.get(name)
-        want = (param.shape[0], param.shape[1] // 2) if name.endswith(("q_proj.weight", "k_proj.weight",
-                                                                      "v_proj.weight")) else tuple(param.shape)
+    for name in names:
+        w, shape = weights.get(name), dst.get_parameter(name).shape
+        want = (shape[0], shape[1] // 2) if name in halved else tuple(shape)
         if w is None or tuple(w.shape) != want:
             got = "missing" if w is None else f"shape {tuple(w.shape)}"
             raise ValueError(f"head.layer_init=target: the target's last layer has {name} {got}, the head needs "
@@ -242,11 +237,10 @@ def init_layer_from_target(head: Eagle3Head, target) -> None:
     width = head.config.hidden_size
     top = head.config.fused_layer_ids.index(max(head.config.fused_layer_ids))
     with torch.no_grad():
-        for name, param in pairs.items():
+        for name in names:
+            param = dst.get_parameter(name)
             w = weights[name].to(param)
-            if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
-                w = torch.cat([0.5 * w, 0.5 * w], dim=1)
-            param.copy_(w)
+            param.copy_(torch.cat([0.5 * w, 0.5 * w], dim=1) if name in halved else w)
         dst.hidden_norm.weight.copy_(weights["input_layernorm.weight"].to(dst.hidden_norm.weight))
         block = head.fc.weight[:, top * width:(top + 1) * width]
         block += torch.eye(width, dtype=block.dtype, device=block.device)
