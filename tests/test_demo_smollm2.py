@@ -348,21 +348,60 @@ def test_ship_built_copies_verified_artifacts(stand_ins, tmp_path):
         ship_built(out, root, ("eagle3",), overwrite=True)
 
 
-def test_the_shipped_chat_data_is_intact_and_large_enough(tmp_path):
-    """The shipped SmolLM2 chat data: its hashes hold, it unpacks to the conversations its manifest hashed,
-    and it carries at least the 400k assistant tokens the recipe asks for, written by the target."""
+@pytest.mark.parametrize("kind, conversations, min_answer_tokens",
+                         [("data", 1678, 400_000), ("data-tasks", 640, 200_000)])
+def test_the_shipped_chat_data_is_intact_and_large_enough(kind, conversations, min_answer_tokens, tmp_path):
+    """Each shipped SmolLM2 chat data file: its hashes hold, it unpacks to the conversations its manifest
+    hashed, it was written by the target, and the two together carry the recipe's 400k+ assistant tokens."""
     from eaglehead.demo_smollm2 import ASSETS, assets_root, unpack_data, verify_asset
 
-    shipped = assets_root() / ASSETS["data"]
+    shipped = assets_root() / ASSETS[kind]
     recipe = verify_asset(shipped)
     manifest = json.loads((shipped / "manifest.json").read_text())
-    assert manifest["answer_tokens"] >= 400_000
+    assert manifest["answer_tokens"] >= min_answer_tokens
     assert json.loads((shipped / "data_config.json").read_text())["target"] == "builtin:smollm2-135m-instruct"
-    path, _ = unpack_data(shipped, tmp_path)
+    path, _ = unpack_data(shipped, tmp_path, kind)
     assert file_sha256(path) == manifest["sha256"] == recipe["inputs"]["conversations_sha256"]
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(rows) == manifest["conversations"] == 1678
+    assert len(rows) == manifest["conversations"] == conversations
     assert sum(sum(m["role"] == "user" for m in r["messages"]) == 2 for r in rows) == manifest["followups"]
+
+
+def test_the_shipped_smollm2_head_and_draft_lm_are_this_recipes_on_the_shipped_data():
+    """The shipped EAGLE-3 head and draft LM verify by hash, were trained on both shipped chat data files in
+    order, and the head's recorded config is the README recipe's (a config change that alters training makes
+    this fail: retrain and reship)."""
+    import yaml
+    from safetensors import safe_open
+
+    from eaglehead.demo_smollm2 import ASSETS, CONFIG, DATA_ASSETS, DRAFT_LM_CONFIG, assets_root, verify_asset
+    from eaglehead.draftheads.checkpoint import load_head
+    from eaglehead.train.config import dump_config, load_config
+    from eaglehead.train.recipe import TrainConfig
+
+    root = assets_root()
+    data_shas = [verify_asset(root / ASSETS[k])["inputs"]["conversations_sha256"] for k in DATA_ASSETS]
+    recipe = verify_asset(root / ASSETS["eagle3"])
+    assert recipe["inputs"]["data_sha256s"] == data_shas
+    shipped = yaml.safe_load(recipe["config"])
+    assert recipe["results"]["steps"] == shipped["optim"]["max_steps"]
+    current = dump_config(load_config(TrainConfig, CONFIG, [f"features.dir={shipped['features']['dir']}"]))
+    for section, values in shipped.items():
+        if isinstance(values, dict):
+            assert {k: current[section].get(k) for k in values} == values, section
+        else:
+            assert current[section] == values, section
+    head = load_head(root / ASSETS["eagle3"])
+    assert head.config.fused_layer_ids == [2, 15, 27] and head.config.draft_vocab_size == 8192
+    assert head.config.target_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    with safe_open(str(root / ASSETS["eagle3"] / "model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys() if k not in ("d2t", "t2d")} == {"F16"}
+    lm = verify_asset(root / ASSETS["draft-lm"])
+    assert [f["sha256"] for f in lm["inputs"]["data"]["files"]] == data_shas
+    want = yaml.safe_load(DRAFT_LM_CONFIG.read_text())
+    assert {k: lm["inputs"]["model"]["config"][k] for k in ("num_hidden_layers", "hidden_size")} == \
+        {"num_hidden_layers": want["layers"], "hidden_size": want["hidden"]}
+    assert lm["inputs"]["model"]["config"]["vocab_size"] == 49152
 
 
 def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path):
