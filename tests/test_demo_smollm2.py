@@ -374,13 +374,14 @@ def test_the_shipped_smollm2_head_and_draft_lm_are_this_recipes_on_the_shipped_d
     import yaml
     from safetensors import safe_open
 
-    from eaglehead.demo_smollm2 import ASSETS, CONFIG, DATA_ASSETS, DRAFT_LM_CONFIG, assets_root, verify_asset
+    from eaglehead.demo_smollm2 import ASSETS, CONFIG, DRAFT_LM_CONFIG, assets_root, verify_asset, verify_data
+    from eaglehead.draft_lm import DraftLMConfig
     from eaglehead.draftheads.checkpoint import load_head
     from eaglehead.train.config import dump_config, load_config
     from eaglehead.train.recipe import TrainConfig
 
     root = assets_root()
-    data_shas = [verify_asset(root / ASSETS[k])["inputs"]["conversations_sha256"] for k in DATA_ASSETS]
+    data_shas = [r["inputs"]["conversations_sha256"] for r in verify_data(root)]
     recipe = verify_asset(root / ASSETS["eagle3"])
     assert recipe["inputs"]["data_sha256s"] == data_shas
     shipped = yaml.safe_load(recipe["config"])
@@ -398,9 +399,9 @@ def test_the_shipped_smollm2_head_and_draft_lm_are_this_recipes_on_the_shipped_d
         assert {f.get_slice(k).get_dtype() for k in f.keys() if k not in ("d2t", "t2d")} == {"F16"}
     lm = verify_asset(root / ASSETS["draft-lm"])
     assert [f["sha256"] for f in lm["inputs"]["data"]["files"]] == data_shas
-    want = yaml.safe_load(DRAFT_LM_CONFIG.read_text())
+    want = load_config(DraftLMConfig, DRAFT_LM_CONFIG)
     assert {k: lm["inputs"]["model"]["config"][k] for k in ("num_hidden_layers", "hidden_size")} == \
-        {"num_hidden_layers": want["layers"], "hidden_size": want["hidden"]}
+        {"num_hidden_layers": want.layers, "hidden_size": want.hidden}
     assert lm["inputs"]["model"]["config"]["vocab_size"] == 49152
 
 
