@@ -417,10 +417,9 @@ def _selection_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def _markdown(report: dict[str, Any], violations: list[str]) -> str:
+def _markdown(report: dict[str, Any], violations: list[str], figures: list[str]) -> str:
     lines = ["# eaglehead evaluation report", "", PREAMBLE, "",
-             "Figures: headline.png, survival.png, round_time.png, gamma_sweep.png, itl_cdf.png; "
-             "all of it in report.html.", ""]
+             f"Figures: {', '.join(figures)}; all of it in report.html.", ""]
     for title, base, runs in report_tables(report["runs"]):
         lines += ["## " + title, "", f"Fastest baseline: {base or '-'}.", ""]
         lines.append("| " + " | ".join(c[0] for c in TABLE_COLUMNS) + " |")
@@ -467,8 +466,8 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]
     data["consistency_violations"] = violations
     files = {"report.json": out / "report.json", "report.md": out / "report.md"}
     files["report.json"].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    files["report.md"].write_text(_markdown(data, violations))
     files.update(write_figures(data, out))
+    files["report.md"].write_text(_markdown(data, violations, [n for n in files if n.endswith(".png")]))
     from .report_html import render_html  # it formats with this module's tables
 
     files["report.html"] = out / "report.html"

@@ -85,11 +85,22 @@ def test_write_report_files(tmp_path):
     assert data["consistency_violations"] == []
     assert data["runs"][1]["survival"] == pytest.approx(report["runs"][1]["survival"])
     md = (tmp_path / "out" / "report.md").read_text()
+    assert "Figures: headline.png, survival.png, round_time.png, gamma_sweep.png, itl_cdf.png;" in md
     # The "code" state is the only category: its table would repeat category=all, so it is left out.
     assert md.count("| method | gamma | tau |") == 1
     assert "category=code" not in md and "| eagle3 | 3 | 3.000 |" in md
     assert "All checks passed." in md
     assert check_html((tmp_path / "out" / "report.html").read_text(), figures=5) == []
+
+
+def test_report_lists_only_the_figures_it_wrote(tmp_path):
+    # A fixed-gamma run has no sweep: report.md must not point at a gamma_sweep.png that is not there.
+    report = _report()
+    del report["sweeps"], report["itl_samples"]
+    files = write_report(tmp_path, report)
+    assert not (tmp_path / "gamma_sweep.png").exists() and "gamma_sweep.png" not in files
+    md = (tmp_path / "report.md").read_text()
+    assert "Figures: headline.png, survival.png, round_time.png; all of it in report.html." in md
 
 
 def test_write_report_rejects_missing_keys(tmp_path):
