@@ -16,7 +16,8 @@ run writes exactly what an uninterrupted one would):
    (``prompts.json`` counts each removal).
 3. ``answer``: the target answers every prompt at ``regenerate.temperature``; prompts are sorted by
    length into shards, decoded with continuous batching (:func:`sample_stream`: a finished row leaves
-   the batch at once and a waiting prompt takes its place).
+   the batch at once and a waiting prompt takes its place); each token is drawn by inverting the
+   cumulative distribution with one uniform per row (``sampler``, :data:`SAMPLERS`).
 4. ``followup`` / ``answer2``: for ``synthesis.second_turn_fraction`` of the conversations the target
    writes a follow-up user turn (Magpie again, after its own answer) and answers it; a category task
    prompt brings its own follow-up of its category ("now make it shorter", "add tests").
@@ -45,12 +46,18 @@ from tqdm.auto import tqdm
 from eaglehead.builtin.kvcache import GrowingCache
 from eaglehead.builtin.shipped import file_sha256
 from eaglehead.builtin.text import left_pad
-from eaglehead.decode import SamplingConfig, probs, sample_from
+from eaglehead.decode import SamplingConfig, probs, sample_from, sample_inverse_cdf
 from eaglehead.train import chat_data as cd
 from eaglehead.train.config import dump_config, load_config, omit_added_later
 from eaglehead.train.task_prompts import category_task_prompts
 
 SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
+
+# How a token is drawn from the target's distribution: both draw from the same law, they differ in cost and in
+# the stream a seed gives. "inverse-cdf" (one uniform per row) costs ~2 ms a step at batch 32 and a 49152-token
+# vocabulary on a CPU, "exponential-race" (one exponential per vocabulary entry) ~50 ms, 13 % of the sampler's
+# time in a profile (BENCHMARKS.md, regeneration); the data shipped for SmolLM2 was written with "exponential-race".
+SAMPLERS = {"inverse-cdf": sample_inverse_cdf, "exponential-race": sample_from}
 
 
 @dataclass
@@ -102,6 +109,7 @@ class ChatDataConfig:
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     # conversation ids are "<id_prefix>-000000", ...: data sets trained on together need distinct prefixes
     id_prefix: str = "chat"
+    sampler: str = "inverse-cdf"  # or "exponential-race" (see SAMPLERS): same law, another stream per seed
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
 
@@ -109,22 +117,28 @@ class ChatDataConfig:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.]*", self.id_prefix or ""):
             raise ValueError(f"id_prefix: expected letters, digits, '_' or '.' (the ids are '<id_prefix>-000000'), "
                              f"got {self.id_prefix!r}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler: expected one of {', '.join(map(repr, SAMPLERS))}, got {self.sampler!r}")
 
 
 # ------------------------------------------------------------------------------------ the sampler
 
 @torch.no_grad()
 def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling: SamplingConfig,
-                  max_new_tokens: int, eos_ids: set[int], pad_id: int,
-                  generator: torch.Generator) -> tuple[list[list[int]], list[bool]]:
+                  max_new_tokens: int, eos_ids: set[int], pad_id: int, generator: torch.Generator,
+                  sampler: str = "inverse-cdf") -> tuple[list[list[int]], list[bool]]:
     """Continue each prompt until EOS or ``max_new_tokens``; returns ``(new tokens, ended by EOS)``.
 
     Continuous batching: at most ``batch_size`` rows decode together; a row that finishes leaves the
     batch at once (its cache rows are dropped), and waiting prompts join when a quarter of the batch is
     free (prefilled together, then merged into the running cache, left-padded), so every step runs
     near the full batch instead of waiting for its longest row. Each row keeps its own position ids
-    and attention mask, so its tokens are exactly what it would get decoding alone.
+    and attention mask, so its tokens are exactly what it would get decoding alone. ``sampler`` names
+    how tokens are drawn (:data:`SAMPLERS`).
     """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler: expected one of {', '.join(map(repr, SAMPLERS))}, got {sampler!r}")
+    draw = SAMPLERS[sampler]
     device = next(model.parameters()).device
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     waiting = deque(range(len(prompts)))
@@ -146,7 +160,7 @@ def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling:
             else:
                 cache, mask, pos, logits = new_cache, new_mask, new_mask.sum(-1), new_logits
             live += new
-        tok = sample_from(probs(logits, sampling), generator)  # [rows]
+        tok = draw(probs(logits, sampling), generator)  # [rows]
         keep = []
         for i, t in enumerate(tok.tolist()):
             row = live[i]
@@ -245,7 +259,7 @@ class _Progress:
 
 
 def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[list[int]], *, sampling,
-                     max_new_tokens: int, batch_size: int, shard_size: int, seed: int) -> list[dict]:
+                     max_new_tokens: int, batch_size: int, shard_size: int, seed: int, sampler: str) -> list[dict]:
     """Generate a continuation for each prefix, sharded; returns ``{"ids", "eos"}`` per prefix.
 
     Prefixes are ordered by length so each batch pads little; shard ``k`` covers positions
@@ -263,7 +277,7 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
             gen = torch.Generator(device=target.model.device).manual_seed(cd.shard_seed(seed, stage, k))
             toks, eos = sample_stream(target.model, [prefixes[i] for i in idx], batch_size=batch_size,
                                       sampling=sampling, max_new_tokens=max_new_tokens, eos_ids=target.eos,
-                                      pad_id=target.pad, generator=gen)
+                                      pad_id=target.pad, generator=gen, sampler=sampler)
             shard = [{"index": i, "ids": t, "eos": e} for i, t, e in zip(idx, toks, eos)]
             cd.write_shard(path, shard)
             progress.step(sum(len(r["ids"]) for r in shard))
@@ -348,7 +362,7 @@ def _magpie_round(target: _Target, out: Path, prefix: list[int], sampling: Sampl
         toks, eos = sample_stream(target.model, [prefix] * cfg.regenerate.shard_size,
                                   batch_size=cfg.regenerate.batch_size, sampling=sampling,
                                   max_new_tokens=cfg.synthesis.max_new_tokens, eos_ids=target.eos,
-                                  pad_id=target.pad, generator=gen)
+                                  pad_id=target.pad, generator=gen, sampler=cfg.sampler)
         shard = [{"ids": t, "eos": e} for t, e in zip(toks, eos)]
         cd.write_shard(path, shard)
     return shard
@@ -360,7 +374,7 @@ def answer(target: _Target, cfg: ChatDataConfig, out: Path, stage: str, convs: l
     return _generate_shards(target, stage, out, [target.assistant_prefix(c) for c in convs],
                             sampling=SamplingConfig(temperature=r.temperature, top_p=r.top_p),
                             max_new_tokens=r.max_new_tokens, batch_size=r.batch_size, shard_size=r.shard_size,
-                            seed=cfg.seed)
+                            seed=cfg.seed, sampler=cfg.sampler)
 
 
 def followups(target: _Target, cfg: ChatDataConfig, out: Path, convs: list[list[dict]]) -> list[dict]:
@@ -369,7 +383,7 @@ def followups(target: _Target, cfg: ChatDataConfig, out: Path, convs: list[list[
     return _generate_shards(target, "followup", out, [target.user_prefix(c) for c in convs],
                             sampling=SamplingConfig(temperature=s.temperature, top_p=s.top_p),
                             max_new_tokens=s.max_new_tokens, batch_size=r.batch_size, shard_size=r.shard_size,
-                            seed=cfg.seed)
+                            seed=cfg.seed, sampler=cfg.sampler)
 
 
 def run(cfg: ChatDataConfig) -> dict:
@@ -379,8 +393,10 @@ def run(cfg: ChatDataConfig) -> dict:
     resolved = json.dumps(_shard_defining(cfg), indent=2, sort_keys=True)
     saved = out / "config.json"
     if saved.is_file() and saved.read_text() != resolved:
+        changed = _differences(json.loads(saved.read_text()), json.loads(resolved))
         raise ValueError(f"{saved}: this output directory was started with another config (its shards would mix "
-                         "with this one's); use a new out_dir, or delete the directory to start over")
+                         f"with this one's): {'; '.join(changed) or 'formatting only'}. Set those back to resume, "
+                         "use a new out_dir, or delete the directory to start over")
     saved.write_text(resolved)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -437,7 +453,24 @@ def _shard_defining(cfg: ChatDataConfig) -> dict:
 
 # Fields added after data directories were started, at the value that writes what those directories hold: there
 # they stay out of the saved config, so the directories remain valid.
-ADDED_LATER = {("synthesis", "category_prompts"): 0}
+ADDED_LATER = {("synthesis", "category_prompts"): 0, (None, "sampler"): "exponential-race"}
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    flat = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def _differences(saved: dict, now: dict) -> list[str]:
+    """``"key: the directory has A, this config B"`` for each shard-defining setting that differs (a field absent
+    from an older directory's saved config holds its ``ADDED_LATER`` value there)."""
+    neutral = {(name if section is None else f"{section}.{name}"): value for (section, name), value in ADDED_LATER.items()}
+    old, new = _flatten(saved), _flatten(now)
+    return [f"{key}: the directory has {old.get(key, neutral.get(key))!r}, this config {new.get(key, neutral.get(key))!r}"
+            for key in sorted(old.keys() | new.keys())
+            if old.get(key, neutral.get(key)) != new.get(key, neutral.get(key))]
 
 
 def random_subset(items: list[int], fraction: float, seed: int) -> list[int]:

@@ -2,18 +2,21 @@
 batch size, on the same prompts, interleaved (A B A B ...) so both see the same machine load.
 
     python -m eaglehead.datagen_bench --target builtin:smollm2-135m-instruct --batch-size 32 \\
-        --prompts 64 --max-new-tokens 512 --repeats 2
+        --prompts 64 --max-new-tokens 512 --repeats 2 [--samplers inverse-cdf,exponential-race]
 
 Prompts are standard-library seed prompts (``eaglehead.train.chat_data``), chat-templated, sorted by
 length as the data generator does. Tokens counted = new tokens up to and including the first EOS, for
-both. Prints tokens/s per method and repeat, and the ratio of the medians.
+both. Prints tokens/s per method and repeat, and the ratio of the medians (one per eaglehead sampler).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,13 +25,13 @@ from eaglehead.builtin.text import encode_prompt, eos_token_ids, left_pad, pad_t
 from eaglehead.decode import SamplingConfig
 from eaglehead.train.chat_data import stdlib_task_prompts
 
-from .datagen import sample_stream
+from .datagen import SAMPLERS, sample_stream
 
 
-def _ours(model, rows, args, eos, pad, seed) -> int:
+def _ours(model, rows, args, eos, pad, seed, sampler) -> int:
     toks, _ = sample_stream(model, rows, batch_size=args.batch_size, sampling=SamplingConfig(temperature=args.temperature),
                             max_new_tokens=args.max_new_tokens, eos_ids=eos, pad_id=pad,
-                            generator=torch.Generator().manual_seed(seed))
+                            generator=torch.Generator().manual_seed(seed), sampler=sampler)
     return sum(map(len, toks))
 
 
@@ -45,6 +48,15 @@ def _hf(model, rows, args, eos, pad, seed) -> int:
     return n
 
 
+def _steal_seconds() -> float | None:
+    """CPU time the hypervisor gave other guests, all CPUs, from /proc/stat (None where there is none)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eaglehead.datagen_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="builtin:smollm2-135m-instruct")
@@ -54,25 +66,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--samplers", default="inverse-cdf",
+                    help="comma-separated: how eaglehead draws each token (the data config's `sampler`: "
+                         f"{', '.join(SAMPLERS)}); each is timed as its own method (transformers uses multinomial)")
     args = ap.parse_args(argv)
+    samplers = [x.strip() for x in args.samplers.split(",") if x.strip()]
+    for x in samplers:
+        if x not in SAMPLERS:
+            ap.error(f"--samplers: {x!r} is not one of {', '.join(SAMPLERS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok = load_target(args.target, dtype="float32", device="cpu")
     eos = eos_token_ids(model, tok)
     pad = pad_token_id(tok, eos)
     rows = sorted((encode_prompt(tok, p["prompt"]) for p in stdlib_task_prompts(args.prompts, seed=123)), key=len)
-    rates: dict[str, list[float]] = {"eaglehead": [], "hf-generate": []}
+    methods = [(f"eaglehead/{x}", functools.partial(_ours, sampler=x)) for x in samplers] + [("hf-generate", _hf)]
+    rates: dict[str, list[float]] = {name: [] for name, _ in methods}
     for r in range(args.repeats):
-        for name, fn in (("eaglehead", _ours), ("hf-generate", _hf))[:: 1 if r % 2 == 0 else -1]:
-            t0 = time.perf_counter()
+        for name, fn in methods[:: 1 if r % 2 == 0 else -1]:
+            t0, cpu0, steal0 = time.perf_counter(), time.process_time(), _steal_seconds()
             n = fn(model, rows, args, eos, pad, seed=r)
-            dt = time.perf_counter() - t0
+            dt, cpu, steal1 = time.perf_counter() - t0, time.process_time() - cpu0, _steal_seconds()
             rates[name].append(n / dt)
-            print(f"repeat {r} {name:12s} {n:6d} tokens {dt:7.1f} s {n / dt:7.1f} tok/s", flush=True)
+            # CPU seconds of this process and the hypervisor's steal over the call: a slow call with little
+            # steal and CPU = threads x wall was slowed inside the machine (memory bandwidth, frequency)
+            steal = "" if steal0 is None or steal1 is None else f", steal {steal1 - steal0:5.1f} s"
+            print(f"repeat {r} {name:28s} {n:6d} tokens {dt:7.1f} s {n / dt:7.1f} tok/s (cpu {cpu:7.1f} s{steal})",
+                  flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"median tok/s: eaglehead {med['eaglehead']:.1f}, hf-generate {med['hf-generate']:.1f}; "
-          f"ratio {med['eaglehead'] / med['hf-generate']:.2f}x (batch {args.batch_size}, {args.prompts} prompts, "
-          f"max_new_tokens {args.max_new_tokens}, T={args.temperature}, torch threads {torch.get_num_threads()})")
+    print(f"median tok/s (batch {args.batch_size}, {args.prompts} prompts, max_new_tokens {args.max_new_tokens}, "
+          f"T={args.temperature}, torch threads {torch.get_num_threads()}): hf-generate {med['hf-generate']:.1f}")
+    for name, _ in methods[:-1]:
+        print(f"  {name}: {med[name]:.1f} tok/s, ratio {med[name] / med['hf-generate']:.2f}x")
     return 0
 
 

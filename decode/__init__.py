@@ -2,10 +2,10 @@
 
 from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from .generate import DEFAULT_GAMMA, GenerationResult, RoundRecord, speculative_generate, vanilla_generate
-from .sampling import SamplingConfig, probs, sample_from
+from .sampling import SamplingConfig, probs, sample_from, sample_inverse_cdf
 from .verify import verify_chain
 
 __all__ = [
     "DEFAULT_GAMMA", "Drafter", "DraftModelDrafter", "PromptLookupDrafter", "GenerationResult", "RoundRecord",
-    "SamplingConfig", "probs", "sample_from", "speculative_generate", "vanilla_generate", "verify_chain",
+    "SamplingConfig", "probs", "sample_from", "sample_inverse_cdf", "speculative_generate", "vanilla_generate", "verify_chain",
 ]

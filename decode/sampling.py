@@ -2,6 +2,8 @@
 
 The verifier is exact only if the recorded proposal ``q`` is the distribution the draft token was
 actually drawn from, so target and drafter both go through :func:`probs` and :func:`sample_from`.
+:func:`sample_inverse_cdf` draws from the same law with one uniform per row instead of one exponential per
+vocabulary entry (the chat-data sampler uses it: far cheaper on a CPU at a large vocabulary).
 Temperature 0 is greedy: a point mass at the argmax, ties broken towards the lowest token id.
 """
 
@@ -85,3 +87,21 @@ def sample_from(weights: torch.Tensor, generator: torch.Generator | None = None)
     e = torch.empty_like(weights, dtype=torch.float32).exponential_(1.0, generator=generator)
     e = e.clamp_min(torch.finfo(torch.float32).tiny)  # an exact 0 draw would score +inf for every weight
     return (weights.float().log() - e.log()).argmax(dim=-1)
+
+
+def sample_inverse_cdf(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one index per row from non-negative ``weights [..., V]`` by inverting the cumulative sum.
+
+    One uniform per row instead of :func:`sample_from`'s one exponential per vocabulary entry: on a CPU
+    at batch 32 and a 49152-token vocabulary ~2 ms against ~55 ms (``BENCHMARKS.md``, regeneration). The
+    cumulative sum is float64, so each index is drawn with probability ``w_i / sum(w)`` to ~1e-12; an index
+    of zero weight is never drawn (its interval is empty, and a uniform rounding up to the total maps to
+    the last index of positive weight). Draws a different stream than :func:`sample_from` for one seed.
+    """
+    cdf = weights.cumsum(-1, dtype=torch.float64)
+    total = cdf[..., -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=weights.device) * total
+    idx = torch.searchsorted(cdf, u, right=True)
+    # the first index whose cumulative sum reaches the total: the last of positive weight
+    last = torch.searchsorted(cdf, total.contiguous(), right=False)
+    return torch.minimum(idx, last).squeeze(-1)

@@ -42,6 +42,23 @@ def test_chat_data_config_loads_and_documents_its_command(path):
                for line in path.read_text().splitlines())
 
 
+@pytest.mark.parametrize("kind", ["data", "data-tasks"])
+def test_the_smollm2_data_configs_still_resolve_to_the_shipped_datas_config(kind):
+    """Rerunning a data config on a directory of the shipped data must resume it, not refuse it: what the config
+    resolves to (fields added later at the value that wrote the data, e.g. ``sampler: exponential-race``, left out)
+    equals the ``data_config.json`` shipped with the data."""
+    import json
+
+    from eaglehead.datagen import ChatDataConfig, _shard_defining
+    from eaglehead.demo_smollm2 import ASSETS, DATA_CONFIGS
+
+    shipped = CONFIGS.parent / "builtin" / "assets" / ASSETS[kind] / "data_config.json"
+    cfg = load_config(ChatDataConfig, DATA_CONFIGS[kind])
+    assert json.dumps(_shard_defining(cfg), indent=2, sort_keys=True) == shipped.read_text()
+    cfg.sampler = "inverse-cdf"  # the default draws another stream: it must not pass for the shipped data's config
+    assert json.dumps(_shard_defining(cfg), indent=2, sort_keys=True) != shipped.read_text()
+
+
 @pytest.mark.parametrize("path", DRAFT_LM, ids=lambda p: p.name)
 def test_draft_lm_config_loads_and_documents_its_command(path):
     from eaglehead.draft_lm import DraftLMConfig

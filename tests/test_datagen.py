@@ -137,7 +137,8 @@ def test_continuous_batching_gives_each_prompt_its_unbatched_greedy_tokens(targe
 def test_an_output_dir_started_with_another_config_is_refused(target_dir, tmp_path):
     datagen.run(_cfg(target_dir, tmp_path))
     before = (tmp_path / "conversations.jsonl").read_bytes()
-    with pytest.raises(ValueError, match="config.json: this output directory was started with another config"):
+    with pytest.raises(ValueError, match="config.json: this output directory was started with another config .*"
+                                         "synthesis.magpie_prompts: the directory has 6, this config 5"):
         datagen.run(_cfg(target_dir, tmp_path, magpie_prompts=5))
     assert (tmp_path / "conversations.jsonl").read_bytes() == before
 
@@ -211,3 +212,44 @@ def test_id_prefix_names_the_conversations_and_does_not_change_the_shards(target
     assert sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*-0*.jsonl")) == before
     with pytest.raises(ValueError, match="id_prefix: expected letters"):
         datagen.ChatDataConfig(target=target_dir, out_dir=str(tmp_path), id_prefix="a b")
+
+
+def test_a_directory_started_before_the_sampler_choice_resumes_only_with_its_sampler(target_dir, tmp_path):
+    cfg = _cfg(target_dir, tmp_path)
+    cfg.sampler = "exponential-race"
+    saved = json.dumps(datagen._shard_defining(cfg), indent=2, sort_keys=True)
+    assert '"sampler"' not in saved  # what directories written before the field existed hold
+    (tmp_path / "config.json").write_text(saved)
+    cfg.sampler = "inverse-cdf"  # the default now: another stream per seed, its shards must not mix in
+    with pytest.raises(ValueError, match="sampler: the directory has 'exponential-race', this config 'inverse-cdf'"):
+        datagen.run(cfg)
+    assert not (tmp_path / "conversations.jsonl").exists()
+    with pytest.raises(ValueError, match="sampler: expected one of 'inverse-cdf', 'exponential-race', got 'gumbel'"):
+        datagen.ChatDataConfig(target=target_dir, out_dir=str(tmp_path), sampler="gumbel")
+
+
+@pytest.mark.parametrize("sampler", ["inverse-cdf", "exponential-race"])
+def test_sampled_first_tokens_follow_the_targets_distribution(target_dir, sampler):
+    """20000 copies of one prompt, one token each, at T=0.1 (the untrained model is near uniform at T=1) through the
+    streaming sampler (batch 64, rows joining and leaving): their frequencies against the tiny target's float64
+    softmax (Bernstein bound, alpha 1e-6; drawing from w ** 1.1 instead of w fails it)."""
+    from fractions import Fraction
+
+    from transformers import AutoModelForCausalLM
+
+    from tests.decode.exact_reference import frequency_mismatches
+
+    model = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    prompt, n = [5, 6, 7, 8], 20_000
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor([prompt])).logits[0, -1].double() / 0.1, -1)
+    rows, _ = datagen.sample_stream(model, [prompt] * n, batch_size=64, sampling=SamplingConfig(temperature=0.1),
+                                    max_new_tokens=1, eos_ids=set(), pad_id=0,
+                                    generator=torch.Generator().manual_seed(7), sampler=sampler)
+    drawn = torch.tensor([r[0] for r in rows])
+    top = torch.topk(p, 12).indices.tolist()
+    law = {(i,): Fraction(p[i].item()) for i in top}
+    law[(-1,)] = 1 - sum(law.values())
+    counts = {(i,): int((drawn == i).sum()) for i in top}
+    counts[(-1,)] = n - sum(counts.values())
+    assert frequency_mismatches(counts, law, n) == []

@@ -73,15 +73,15 @@ def dump_config(obj: Any) -> dict:
     return _plain(obj)
 
 
-def omit_added_later(data: dict, added_later: dict[tuple[str, str], Any]) -> dict:
+def omit_added_later(data: dict, added_later: dict[tuple[str | None, str], Any]) -> dict:
     """Remove from a dumped config (``dump_config``) each ``(section, name)`` field of ``added_later`` that holds
-    the value given there, in place; returns ``data``.
+    the value given there (section ``None``: a top-level field), in place; returns ``data``.
 
     For keys hashed from a config (a shipped artifact's recipe key, a data directory's saved config): a field
     added after something was keyed, at the value that reproduces how it was made, leaves the key unchanged.
     """
     for (section, name), neutral in added_later.items():
-        part = data.get(section, {})
+        part = data if section is None else data.get(section, {})
         if name in part and part[name] == neutral:
             del part[name]
     return data

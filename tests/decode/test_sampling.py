@@ -13,7 +13,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from eaglehead.decode.sampling import SamplingConfig, probs, sample_from
+from eaglehead.decode import sampling
+from eaglehead.decode.sampling import SamplingConfig, probs, sample_from, sample_inverse_cdf
 
 from .exact_reference import frequency_mismatches
 
@@ -213,10 +214,13 @@ WEIGHTS = [
 ]
 
 
-def _check_frequencies(weights: torch.Tensor, seed: int) -> None:
+SAMPLERS = [sample_from, sample_inverse_cdf]
+
+
+def _check_frequencies(weights: torch.Tensor, seed: int, sampler=sample_from) -> None:
     """``weights [rows, V]``: N draws per row (N copies in a leading batch dim) vs ``w / sum(w)``."""
     rows, vocab = weights.shape
-    draws = sample_from(weights.expand(N, rows, vocab), torch.Generator().manual_seed(seed))
+    draws = sampler(weights.expand(N, rows, vocab), torch.Generator().manual_seed(seed))
     assert draws.shape == (N, rows) and draws.dtype == torch.long
     for r in range(rows):
         exact_w = [Fraction(w) for w in weights[r].tolist()]
@@ -225,19 +229,53 @@ def _check_frequencies(weights: torch.Tensor, seed: int) -> None:
         assert frequency_mismatches(counts, law, N) == [], (r, weights[r])
 
 
-def test_sample_from_matches_normalised_weights() -> None:
-    _check_frequencies(torch.tensor(WEIGHTS), seed=0)
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_sample_from_matches_normalised_weights(sampler) -> None:
+    _check_frequencies(torch.tensor(WEIGHTS), seed=0, sampler=sampler)
 
 
+@pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("scale", [1e-30, 1e-6, 1e6, 1e30])
-def test_sample_from_ignores_the_scale_of_the_weights(scale: float) -> None:
-    _check_frequencies(torch.tensor(WEIGHTS) * scale, seed=1)
+def test_sample_from_ignores_the_scale_of_the_weights(scale: float, sampler) -> None:
+    _check_frequencies(torch.tensor(WEIGHTS) * scale, seed=1, sampler=sampler)
 
 
-def test_sample_from_never_picks_subnormal_rounded_zero_weights() -> None:
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_sample_from_never_picks_subnormal_rounded_zero_weights(sampler) -> None:
     """A row whose only positive weight is subnormal must still pick it (w / E must not underflow)."""
     s = torch.nextafter(torch.tensor(0.0), torch.tensor(1.0)).item()
     weights = torch.tensor([[0.0, 0.0, s], [0.0, 4 * s, 0.0], [1e-39, 0.0, 0.0]])
-    draws = sample_from(weights.expand(20_000, -1, -1), torch.Generator().manual_seed(2))
+    draws = sampler(weights.expand(20_000, -1, -1), torch.Generator().manual_seed(2))
     assert draws[:, 0].unique().tolist() == [2] and draws[:, 1].unique().tolist() == [1]
     assert draws[:, 2].unique().tolist() == [0]
+
+
+def test_inverse_cdf_maps_a_uniform_at_the_total_to_the_last_positive_weight(monkeypatch) -> None:
+    """u * total can round up to the total: the draw must then be the last index of positive weight, never a
+    trailing zero-weight index (nor an index past the vocabulary)."""
+    monkeypatch.setattr(sampling.torch, "rand", lambda shape, **kw: torch.ones(shape, dtype=kw["dtype"]))
+    weights = torch.tensor([[1.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0], [1.0, 0.0, 1.0, 0.0]])
+    assert sample_inverse_cdf(weights).tolist() == [1, 3, 2]
+
+
+def test_inverse_cdf_maps_a_zero_uniform_to_the_first_positive_weight(monkeypatch) -> None:
+    """``torch.rand`` can return exactly 0: leading zero weights (an empty interval at 0) must be skipped."""
+    monkeypatch.setattr(sampling.torch, "rand", lambda shape, **kw: torch.zeros(shape, dtype=kw["dtype"]))
+    weights = torch.tensor([[0.0, 0.0, 2.0, 1.0], [5.0, 0.0, 0.0, 0.0]])
+    assert sample_inverse_cdf(weights).tolist() == [2, 0]
+
+
+def test_inverse_cdf_on_a_real_vocabulary_matches_the_probabilities() -> None:
+    """A 49152-way row (SmolLM2's vocabulary) at temperature 0.7, drawn through the float32 softmax as the
+    chat-data sampler does: the 8 likeliest tokens and the tail as one cell, against float64 probabilities."""
+    logits = torch.randn(49152, generator=torch.Generator().manual_seed(4)) * 3
+    p = probs(logits[None], SamplingConfig(temperature=0.7))[0]
+    n, gen = 8_000, torch.Generator().manual_seed(5)
+    draws = torch.cat([sample_inverse_cdf(p.expand(1000, -1), gen) for _ in range(n // 1000)])
+    top = torch.topk(p.double(), 8).indices.tolist()
+    exact = torch.softmax(logits.double() / 0.7, -1)
+    law = {(i,): Fraction(exact[i].item()) for i in top}
+    law[(-1,)] = 1 - sum(law.values())
+    counts = {(i,): int((draws == i).sum()) for i in top}
+    counts[(-1,)] = n - sum(counts.values())
+    assert frequency_mismatches(counts, law, n) == []
