@@ -223,7 +223,9 @@ def test_a_directory_started_before_the_sampler_choice_resumes_only_with_its_sam
     cfg.sampler = "inverse-cdf"  # the default now: another stream per seed, its shards must not mix in
     with pytest.raises(ValueError, match="sampler: the directory has 'exponential-race', this config 'inverse-cdf'"):
         datagen.run(cfg)
-    assert not (tmp_path / "conversations.jsonl").exists()
+    assert not (tmp_path / "conversations.jsonl").exists() and (tmp_path / "config.json").read_text() == saved
+    cfg.sampler = "exponential-race"  # its own sampler: accepted, and the saved config stays as it was
+    assert datagen.run(cfg)["conversations"] == 11 and (tmp_path / "config.json").read_text() == saved
     with pytest.raises(ValueError, match="sampler: expected one of 'inverse-cdf', 'exponential-race', got 'gumbel'"):
         datagen.ChatDataConfig(target=target_dir, out_dir=str(tmp_path), sampler="gumbel")
 
