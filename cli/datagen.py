@@ -55,9 +55,17 @@ SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
 
 # How a token is drawn from the target's distribution: both draw from the same law, they differ in cost and in
 # the stream a seed gives. "inverse-cdf" (one uniform per row) costs ~2 ms a step at batch 32 and a 49152-token
-# vocabulary on a CPU, "exponential-race" (one exponential per vocabulary entry) ~50 ms, 13 % of the sampler's
+# vocabulary on a CPU, "exponential-race" (one exponential per vocabulary entry) 52-69 ms, 13 % of the sampler's
 # time in a profile (BENCHMARKS.md, regeneration); the data shipped for SmolLM2 was written with "exponential-race".
 SAMPLERS = {"inverse-cdf": sample_inverse_cdf, "exponential-race": sample_from}
+DEFAULT_SAMPLER = "inverse-cdf"
+
+
+def sampler_named(name: str):
+    """The draw function ``SAMPLERS[name]``; a name not there is a ``ValueError`` naming the choices."""
+    if name not in SAMPLERS:
+        raise ValueError(f"sampler: expected one of {', '.join(map(repr, SAMPLERS))}, got {name!r}")
+    return SAMPLERS[name]
 
 
 @dataclass
@@ -109,7 +117,7 @@ class ChatDataConfig:
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     # conversation ids are "<id_prefix>-000000", ...: data sets trained on together need distinct prefixes
     id_prefix: str = "chat"
-    sampler: str = "inverse-cdf"  # or "exponential-race" (see SAMPLERS): same law, another stream per seed
+    sampler: str = DEFAULT_SAMPLER  # or "exponential-race" (see SAMPLERS): same law, another stream per seed
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
 
@@ -117,8 +125,7 @@ class ChatDataConfig:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.]*", self.id_prefix or ""):
             raise ValueError(f"id_prefix: expected letters, digits, '_' or '.' (the ids are '<id_prefix>-000000'), "
                              f"got {self.id_prefix!r}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler: expected one of {', '.join(map(repr, SAMPLERS))}, got {self.sampler!r}")
+        sampler_named(self.sampler)
 
 
 # ------------------------------------------------------------------------------------ the sampler
@@ -126,7 +133,7 @@ class ChatDataConfig:
 @torch.no_grad()
 def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling: SamplingConfig,
                   max_new_tokens: int, eos_ids: set[int], pad_id: int, generator: torch.Generator,
-                  sampler: str = "inverse-cdf") -> tuple[list[list[int]], list[bool]]:
+                  sampler: str = DEFAULT_SAMPLER) -> tuple[list[list[int]], list[bool]]:
     """Continue each prompt until EOS or ``max_new_tokens``; returns ``(new tokens, ended by EOS)``.
 
     Continuous batching: at most ``batch_size`` rows decode together; a row that finishes leaves the
@@ -136,9 +143,7 @@ def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling:
     and attention mask, so its tokens are exactly what it would get decoding alone. ``sampler`` names
     how tokens are drawn (:data:`SAMPLERS`).
     """
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler: expected one of {', '.join(map(repr, SAMPLERS))}, got {sampler!r}")
-    draw = SAMPLERS[sampler]
+    draw = sampler_named(sampler)
     device = next(model.parameters()).device
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     waiting = deque(range(len(prompts)))
@@ -392,8 +397,9 @@ def run(cfg: ChatDataConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     resolved = json.dumps(_shard_defining(cfg), indent=2, sort_keys=True)
     saved = out / "config.json"
-    if saved.is_file() and saved.read_text() != resolved:
-        changed = _differences(json.loads(saved.read_text()), json.loads(resolved))
+    if saved.is_file() and (saved_text := saved.read_text()) != resolved:
+        # both sides through JSON, so a tuple in the config compares equal to the list it was saved as
+        changed = _differences(json.loads(saved_text), json.loads(resolved))
         raise ValueError(f"{saved}: this output directory was started with another config (its shards would mix "
                          f"with this one's): {'; '.join(changed) or 'formatting only'}. Set those back to resume, "
                          "use a new out_dir, or delete the directory to start over")

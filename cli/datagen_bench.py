@@ -25,7 +25,7 @@ from eaglehead.builtin.text import encode_prompt, eos_token_ids, left_pad, pad_t
 from eaglehead.decode import SamplingConfig
 from eaglehead.train.chat_data import stdlib_task_prompts
 
-from .datagen import SAMPLERS, sample_stream
+from .datagen import SAMPLERS, sample_stream, sampler_named
 
 
 def _ours(model, rows, args, eos, pad, seed, sampler) -> int:
@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     samplers = [x.strip() for x in args.samplers.split(",") if x.strip()]
     for x in samplers:
-        if x not in SAMPLERS:
-            ap.error(f"--samplers: {x!r} is not one of {', '.join(SAMPLERS)}")
+        try:
+            sampler_named(x)
+        except ValueError as err:
+            ap.error(f"--samplers: {err}")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok = load_target(args.target, dtype="float32", device="cpu")

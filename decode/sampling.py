@@ -93,7 +93,7 @@ def sample_inverse_cdf(weights: torch.Tensor, generator: torch.Generator | None 
     """Draw one index per row from non-negative ``weights [..., V]`` by inverting the cumulative sum.
 
     One uniform per row instead of :func:`sample_from`'s one exponential per vocabulary entry: on a CPU
-    at batch 32 and a 49152-token vocabulary ~2 ms against ~55 ms (``BENCHMARKS.md``, regeneration). The
+    at batch 32 and a 49152-token vocabulary ~2 ms against 52-69 ms (``BENCHMARKS.md``, regeneration). The
     cumulative sum is float64, so each index is drawn with probability ``w_i / sum(w)`` to ~1e-12; an index
     of zero weight is never drawn (its interval is empty, and a uniform rounding up to the total maps to
     the last index of positive weight). Draws a different stream than :func:`sample_from` for one seed.
