@@ -99,9 +99,10 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from eaglehead.train.trainer import train
+    from eaglehead.train.trainer import release_process_group, train
 
     summary = train(_train_config(args))
+    release_process_group()  # when started by a launcher
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -175,6 +175,21 @@ def train(cfg: TrainConfig) -> dict:
     return _finish(accelerator, run.model, cfg, Path(cfg.output_dir), last)
 
 
+def release_process_group() -> None:
+    """End of a launched training process: every rank waits for the others, then tears its process group down.
+
+    Without this a rank that finishes first (a non-main rank does not write the head) exits with its gloo
+    process group alive, and the interpreter's teardown of it can abort (``terminate called without an
+    active exception``, exit code -6) after a run that succeeded. Call it only once every rank has returned
+    from :func:`train`; a single process without a launcher has no process group and nothing happens.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _setup(cfg: TrainConfig) -> _Run:
     """Accelerator, target, data, head, optimizer and schedule, resumed from a checkpoint when one applies."""
     from accelerate.utils import set_seed

@@ -223,6 +223,33 @@ def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline,
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("entry", ["python -m eaglehead.train", "eaglehead train"])
+def test_training_entry_points_tear_the_process_group_down(monkeypatch, tmp_path, entry):
+    """A launched rank that exits with its gloo group alive can abort in the interpreter's teardown (exit -6
+    after a successful run, seen once under ZeRO-3): both entry points end with a barrier and
+    destroy_process_group, after training and only then. One gloo rank here stands in for a launch."""
+    import torch.distributed as dist
+
+    from eaglehead import cli as cli_mod
+    from eaglehead.train import __main__ as train_main
+
+    seen = []
+    monkeypatch.setattr(trainer_mod, "train", lambda cfg: seen.append(dist.is_initialized()) or {})
+    monkeypatch.setattr(train_main, "train", trainer_mod.train)
+    monkeypatch.setattr(train_main, "load_config", lambda cls, path, overrides: None)
+    monkeypatch.setattr(cli_mod, "_train_config", lambda args: None)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        argv = ["--config", "unused.yaml"]
+        rc = train_main.main(argv) if entry.startswith("python") else cli_mod.main(["train", *argv])
+        assert rc == 0
+        assert seen == [True]  # trained with the group up ...
+        assert not dist.is_initialized()  # ... and tore it down before returning
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_bad_config_names_the_key(workspace, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((workspace / "base.yaml").read_text() + "rollout_depth: 3\n")
