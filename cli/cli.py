@@ -99,10 +99,9 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from eaglehead.train.trainer import release_process_group, train
+    from eaglehead.train.trainer import train
 
     summary = train(_train_config(args))
-    release_process_group()  # when started by a launcher
     print(json.dumps(summary, indent=1))
     return 0
 

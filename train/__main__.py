@@ -5,7 +5,7 @@ import sys
 
 from .config import load_config
 from .recipe import TrainConfig
-from .trainer import release_process_group, train
+from .trainer import train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +19,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eaglehead.train: error: {exc}", file=sys.stderr)
         return 2
     train(cfg)
-    release_process_group()
     return 0
 
 

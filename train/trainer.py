@@ -154,7 +154,11 @@ class _Run:
 
 
 def train(cfg: TrainConfig) -> dict:
-    """Run the recipe; returns a summary (final step, last logged metrics, output paths)."""
+    """Run the recipe; returns a summary (final step, last logged metrics, output paths).
+
+    Ends the run on every rank (``accelerator.end_training``: trackers closed, the process group of a launched
+    run torn down), so it is the last distributed work of its process.
+    """
     run = _setup(cfg)
     accelerator, opt, depth = run.accelerator, cfg.optim, cfg.rollout.depth
     metrics_path = Path(cfg.output_dir) / "metrics.jsonl"
@@ -173,21 +177,6 @@ def train(cfg: TrainConfig) -> dict:
             run.store.save(accelerator, done, {"step": done, "epoch": epoch}, cfg)
     bar.close()
     return _finish(accelerator, run.model, cfg, Path(cfg.output_dir), last)
-
-
-def release_process_group() -> None:
-    """End of a launched training process: every rank waits for the others, then tears its process group down.
-
-    Without this a rank that finishes first (a non-main rank does not write the head) exits with its gloo
-    process group alive, and the interpreter's teardown of it can abort (``terminate called without an
-    active exception``, exit code -6) after a run that succeeded. Call it only once every rank has returned
-    from :func:`train`; a single process without a launcher has no process group and nothing happens.
-    """
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 def _setup(cfg: TrainConfig) -> _Run:
@@ -360,6 +349,9 @@ def _finish(accelerator, model, cfg: TrainConfig, out_dir: Path, last: dict) -> 
                 summary["export_skipped"] = str(exc)
                 print(f"export skipped: {exc}")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    if cfg.report_to == "wandb":
-        accelerator.end_training()
+    # Every rank waits for the main one's files, then ends together: trackers closed and the process group torn
+    # down. A rank that exited first with its gloo group alive could abort in the interpreter's teardown
+    # (``terminate called without an active exception``, exit -6) after a run that succeeded.
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
     return summary

@@ -224,27 +224,27 @@ def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline,
 
 
 @pytest.mark.parametrize("entry", ["python -m eaglehead.train", "eaglehead train"])
-def test_training_entry_points_tear_the_process_group_down(monkeypatch, tmp_path, entry):
+def test_training_ends_by_tearing_the_process_group_down(workspace, monkeypatch, tmp_path, entry):
     """A launched rank that exits with its gloo group alive can abort in the interpreter's teardown (exit -6
-    after a successful run, seen once under ZeRO-3): both entry points end with a barrier and
-    destroy_process_group, after training and only then. One gloo rank here stands in for a launch."""
+    after a successful run, seen once under ZeRO-3): training ends with a barrier and destroy_process_group,
+    after the head is written and only then. One gloo rank here stands in for a launch."""
     import torch.distributed as dist
 
     from eaglehead import cli as cli_mod
     from eaglehead.train import __main__ as train_main
 
     seen = []
-    monkeypatch.setattr(trainer_mod, "train", lambda cfg: seen.append(dist.is_initialized()) or {})
-    monkeypatch.setattr(train_main, "train", trainer_mod.train)
-    monkeypatch.setattr(train_main, "load_config", lambda cls, path, overrides: None)
-    monkeypatch.setattr(cli_mod, "_train_config", lambda args: None)
+    finish = trainer_mod._finish
+    monkeypatch.setattr(trainer_mod, "_finish", lambda *a: seen.append(dist.is_initialized()) or finish(*a))
+    path = write_config(workspace, f"teardown-{entry.split()[-1]}", **{"optim.max_steps": 1})
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
-        argv = ["--config", "unused.yaml"]
+        argv = ["--config", str(path)]
         rc = train_main.main(argv) if entry.startswith("python") else cli_mod.main(["train", *argv])
         assert rc == 0
         assert seen == [True]  # trained with the group up ...
         assert not dist.is_initialized()  # ... and tore it down before returning
+        assert (Path(path).parent / path.stem / "head" / "config.json").is_file()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
