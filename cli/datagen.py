@@ -474,9 +474,8 @@ def _differences(saved: dict, now: dict) -> list[str]:
     from an older directory's saved config holds its ``ADDED_LATER`` value there)."""
     neutral = {(name if section is None else f"{section}.{name}"): value for (section, name), value in ADDED_LATER.items()}
     old, new = _flatten(saved), _flatten(now)
-    return [f"{key}: the directory has {old.get(key, neutral.get(key))!r}, this config {new.get(key, neutral.get(key))!r}"
-            for key in sorted(old.keys() | new.keys())
-            if old.get(key, neutral.get(key)) != new.get(key, neutral.get(key))]
+    pairs = {key: (old.get(key, neutral.get(key)), new.get(key, neutral.get(key))) for key in old.keys() | new.keys()}
+    return [f"{key}: the directory has {a!r}, this config {b!r}" for key, (a, b) in sorted(pairs.items()) if a != b]
 
 
 def random_subset(items: list[int], fraction: float, seed: int) -> list[int]:

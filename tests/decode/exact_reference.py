@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
@@ -222,6 +222,19 @@ def frequency_mismatches(
             bad.append(f"cell {c}: frequency {freq:.6f}, exact {pr:.6f}, allowed +-{t:.6f}")
     return bad
 
+
+
+def top_k_and_tail_mismatches(draws: Sequence[int], exact: Sequence[float], k: int) -> list[str]:
+    """:func:`frequency_mismatches` of token ``draws`` against ``exact`` (float64) probabilities, with the ``k``
+    likeliest tokens as cells and every other token pooled in one tail cell ``(-1,)``: a large vocabulary
+    checked on the cells a sample of ``len(draws)`` can resolve."""
+    top = sorted(range(len(exact)), key=exact.__getitem__, reverse=True)[:k]
+    law = {(i,): Fraction(exact[i]) for i in top}
+    law[(-1,)] = 1 - sum(law.values())
+    seen = Counter(draws)
+    counts = {(i,): seen[i] for i in top}
+    counts[(-1,)] = len(draws) - sum(counts.values())
+    return frequency_mismatches(counts, law, len(draws))
 
 # --- test cases: the seed's example and random conditional trees ----------------------------------
 
