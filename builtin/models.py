@@ -92,3 +92,11 @@ def load_target(name_or_path: str, *, dtype: str | torch.dtype = "float32", devi
         raise ValueError(f"{option} {name_or_path!r}: cannot load its tokenizer ({err})") from None
     model = load_causal_lm(path, dtype=dtype, device=device, option=option, trust_remote_code=trust_remote_code)
     return model, tok
+
+
+def output_vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the model's output projection: the size of the distributions it produces."""
+    head = model.get_output_embeddings()
+    if head is not None and hasattr(head, "weight"):
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)

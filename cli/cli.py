@@ -1,6 +1,6 @@
 """The ``eaglehead`` command line: one thin module wiring the subcommands to the packages.
 
-    eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 4]
+    eaglehead generate --target PATH (--draft PATH | --prompt-lookup) --prompt TEXT [--gamma 4 | --tree 6,4,16]
     eaglehead prepare --config configs/NAME.yaml [--cache-features DIR] [key=value ...]
     eaglehead prepare --data-config configs/NAME-data.yaml [key=value ...]   (chat data the target writes)
     eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
@@ -26,12 +26,18 @@ def cmd_generate(args) -> int:
     from eaglehead.builtin.devices import resolve_dtype
     from eaglehead.builtin.models import load_causal_lm, load_target
     from eaglehead.builtin.text import encode_prompt, eos_token_ids
-    from eaglehead.decode import (DraftModelDrafter, PromptLookupDrafter, SamplingConfig, speculative_generate,
-                                  vanilla_generate)
+    from eaglehead.decode import (
+        DraftModelDrafter,
+        PromptLookupDrafter,
+        SamplingConfig,
+        speculative_generate,
+        vanilla_generate,
+    )
     from eaglehead.decode.drafters import output_vocab_size
     from eaglehead.draftheads.checkpoint import head_layout
 
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    tree = _tree_option(args.tree)  # before any model is loaded
     dtype = resolve_dtype(args.dtype)
     target, tok = load_target(args.target, dtype=dtype, device=args.device)
     ids = torch.tensor([encode_prompt(tok, args.prompt, chat=args.chat)], device=args.device)
@@ -55,11 +61,21 @@ def cmd_generate(args) -> int:
         from eaglehead.decode.eagle import load_eagle_drafter
 
         drafter = load_eagle_drafter(args.draft, target, device=args.device, dtype=dtype)
+        if tree is not None:
+            from eaglehead.decode.tree_draft import EagleTreeDrafter
+
+            drafter = EagleTreeDrafter(drafter.head, target)
     elif args.draft:
         drafter = DraftModelDrafter(load_causal_lm(args.draft, dtype=dtype, device=args.device, option="--draft"))
     else:
         drafter = None
-    if drafter is None:
+    if tree is not None and not hasattr(drafter, "propose_tree"):
+        raise SystemExit("--tree needs --draft with an EAGLE-3/EAGLE-1 head directory (trees are drafted by its head)")
+    if tree is not None:
+        from eaglehead.decode import tree_generate
+
+        res = tree_generate(target, drafter, ids, depth=tree[0], topk=tree[1], tokens=tree[2], **common)
+    elif drafter is None:
         res = vanilla_generate(target, ids, **common)
     else:
         res = speculative_generate(target, drafter, ids, gamma=args.gamma, **common)
@@ -71,8 +87,22 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _tree_option(text: str | None) -> tuple[int, int, int] | None:
+    """``--tree depth,topk,tokens`` as three integers >= 1 (tokens = verified draft nodes, root excluded)."""
+    if text is None:
+        return None
+    from eaglehead.decode.tree_draft import check_tree_shape
+
+    try:
+        depth, topk, tokens = (int(v) for v in text.split(","))
+        check_tree_shape(depth, topk, tokens)
+    except ValueError as err:
+        raise SystemExit(f"--tree must be depth,topk,tokens (integers >= 1), got {text!r} ({err})") from None
+    return depth, topk, tokens
+
+
 def _train_config(args):
-    from eaglehead.train.config import load_config
+    from eaglehead.builtin.typed_config import load_config
     from eaglehead.train.recipe import TrainConfig
 
     return load_config(TrainConfig, args.config, args.overrides)
@@ -82,12 +112,12 @@ def cmd_prepare(args) -> int:
     if not (args.config or args.data_config):
         raise ValueError("eaglehead prepare needs --config (training data) and/or --data-config (chat data)")
     if args.data_config:  # chat data the target writes itself (resumable), before any tokenising
-        from eaglehead import datagen
-        from eaglehead.train.config import load_config
+        from eaglehead.builtin.typed_config import load_config
+        from eaglehead.datagen import ChatDataConfig, run
 
         # key=value overrides go to the training config when both are given.
-        cfg = load_config(datagen.ChatDataConfig, args.data_config, [] if args.config else args.overrides)
-        manifest = datagen.run(cfg)
+        cfg = load_config(ChatDataConfig, args.data_config, [] if args.config else args.overrides)
+        manifest = run(cfg)
         print(f"[prepare] {manifest['conversations']} conversations, {manifest['answer_tokens']} answer tokens "
               f"-> {Path(cfg.out_dir) / manifest['file']}")
         if not args.config:
@@ -134,9 +164,8 @@ def cmd_export(args) -> int:
 
 def cmd_eval(args) -> int:
     from eaglehead.eval.plan import plan_from_args
+    from eaglehead.eval.tables import compact_table
     from eaglehead.eval.runner import run_eval
-
-    from eaglehead.eval.report import compact_table
 
     report = run_eval(plan_from_args(args))
     print(compact_table(report))
@@ -149,13 +178,13 @@ SMOLLM2_ONLY = {"model": "--model", "assets": "--assets", "mt_bench": "--mt-benc
 
 def cmd_demo(args) -> int:
     if args.target == "smollm2-135m-instruct":
-        from eaglehead.demo_smollm2 import run_smollm2_demo
+        from eaglehead.demos.smollm2 import run_smollm2_demo
 
         return run_smollm2_demo(args)
     given = [opt for name, opt in SMOLLM2_ONLY.items() if getattr(args, name)]
     if given:
         raise ValueError(f"{', '.join(given)}: only for --target smollm2-135m-instruct")
-    from eaglehead.demo import run_demo
+    from eaglehead.demos.stdlib import run_demo
 
     args.out = args.out or "runs/demo"
     return run_demo(args)
@@ -173,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", required=True)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     g.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help="draft tokens per round (>= 1)")
+    g.add_argument("--tree", default=None, metavar="DEPTH,TOPK,TOKENS", help="draft EAGLE-2 trees with an EAGLE "
+                   "--draft head instead of chains: depth, children per node, verified draft nodes (e.g. 6,4,16)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=None)

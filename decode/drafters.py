@@ -23,6 +23,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from eaglehead.builtin.models import output_vocab_size
+
 from .cache import RaggedCacheLM
 from .sampling import SamplingConfig, probs, sample_from
 
@@ -44,14 +46,6 @@ class Drafter(Protocol):
         next_token: torch.Tensor,
         target_features: torch.Tensor | None,
     ) -> None: ...
-
-
-def output_vocab_size(model: nn.Module) -> int:
-    """Rows of the model's output projection: the size of the distributions it produces."""
-    head = model.get_output_embeddings()
-    if head is not None and hasattr(head, "weight"):
-        return int(head.weight.shape[0])
-    return int(model.config.vocab_size)
 
 
 class DraftModelDrafter:

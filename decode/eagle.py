@@ -62,21 +62,8 @@ class Eagle3Drafter:
         if gamma == 0:
             return (torch.zeros(bsz, 0, dtype=torch.long, device=dev),
                     torch.zeros(bsz, 0, self.vocab_size, device=dev))
-        if self._pending is None:
-            raise RuntimeError("EAGLE drafting needs at least two prompt tokens (one target feature)")
-        feats, toks, ok = self._pending
-        # Positions of pending rows continue each row's count of real rows.
-        if ok is None:
-            pos = self.next_pos[:, None] + torch.arange(toks.shape[1], device=dev)
-            self.next_pos = self.next_pos + toks.shape[1]
-        else:
-            pos = (self.next_pos[:, None] + ok.long().cumsum(-1) - 1).clamp_min(0)
-            self.next_pos = self.next_pos + ok.long().sum(-1)
-        h = head.layer_forward(head.embed(toks), head.project(feats), pos, cache=self.cache,
-                               attention_mask=ok)  # [B, P, H]; the last column is real in every row
-        self._pending = None
+        h = self._feed_pending()  # [B, 1, H]
         self._rollback_to = self.cache.lengths.clone()
-        h = h[:, -1:]
         drafts, qs = [], []
         for i in range(gamma):
             logits = head.logits(h[:, -1])  # [B, Vd]
@@ -95,29 +82,50 @@ class Eagle3Drafter:
         return torch.stack(drafts, 1), torch.stack(qs, 1)
 
     def commit(self, n_accepted, draft, next_token, target_features) -> None:
-        gamma = draft.shape[1]
-        if gamma > 0:
+        if draft.shape[1] > 0:
             self.cache.crop_to(self._rollback_to)  # drop self-fed rows; accepted ones are re-fed below
-        dev = draft.device
+        self._queue(n_accepted, draft, next_token, target_features)
+
+    def _feed_pending(self) -> torch.Tensor:
+        """Feed the pending rows (target features) into the head's cache; the last row's output ``[B, 1, H]``."""
+        if self._pending is None:
+            raise RuntimeError("EAGLE drafting needs at least two prompt tokens (one target feature)")
+        feats, toks, ok = self._pending
+        # Positions of pending rows continue each row's count of real rows.
+        if ok is None:
+            pos = self.next_pos[:, None] + torch.arange(toks.shape[1], device=toks.device)
+            self.next_pos = self.next_pos + toks.shape[1]
+        else:
+            pos = (self.next_pos[:, None] + ok.long().cumsum(-1) - 1).clamp_min(0)
+            self.next_pos = self.next_pos + ok.long().sum(-1)
+        h = self.head.layer_forward(self.head.embed(toks), self.head.project(feats), pos, cache=self.cache,
+                                    attention_mask=ok)  # [B, P, H]; the last column is real in every row
+        self._pending = None
+        return h[:, -1:]
+
+    def _queue(self, n_accepted: list[int], accepted, next_token, target_features) -> None:
+        """Queue ``(f_last, a_1), .., (f_{a_A}, y)`` as pending rows: the features the verification forward
+        computed for ``[last, a_1..a_A]`` (``target_features [B, >= A+1, kH]``) with the tokens
+        ``[a_1..a_A, y]`` (``accepted [B, >= max A]``, ``next_token [B]``)."""
+        dev = next_token.device
         longest, shortest = max(n_accepted), min(n_accepted)
         if longest == shortest:  # every row accepted A (always so at batch 1): no holes, no gathers
             a = longest
-            toks = torch.cat([draft[:, :a], next_token[:, None]], 1)
+            toks = torch.cat([accepted[:, :a], next_token[:, None]], 1)
             feats, ok = target_features[:, : a + 1], None
         else:
-            # New rows: features of [last, d_1..d_A] with tokens [d_1..d_A, y]; right-aligned so that the
-            # last column is real in every row (rows with smaller A get holes on the left). Only the
-            # ``max A + 1`` columns some row needs are kept.
+            # Right-aligned so that the last column is real in every row (rows with smaller A get holes on
+            # the left). Only the ``max A + 1`` columns some row needs are kept.
             acc = torch.tensor(n_accepted, device=dev)
             width = longest + 1
             j = torch.arange(width, device=dev)[None, :]
             shift = longest - acc[:, None]  # [B, 1]
             src = (j - shift).clamp_min(0)  # [B, width]
-            toks = torch.cat([draft[:, :longest], next_token[:, None]], 1)
+            toks = torch.cat([accepted[:, :longest], next_token[:, None]], 1)
             toks = torch.where(src == acc[:, None], next_token[:, None], toks.gather(1, src))
             feats = target_features.gather(1, src[..., None].expand(-1, -1, target_features.shape[-1]))
             ok = j >= shift
-        if self._pending is not None:  # a gamma-0 round fed nothing: keep the older rows in front
+        if self._pending is not None:  # a round that drafted nothing fed nothing: keep the older rows in front
             old_f, old_t, old_ok = self._pending
             if old_ok is not None or ok is not None:
                 old_ok = torch.ones_like(old_t, dtype=torch.bool) if old_ok is None else old_ok

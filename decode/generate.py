@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
 
-from eaglehead.builtin.devices import sync
-
 from .cache import RaggedCacheLM
 from .drafters import Drafter, output_vocab_size
-from .sampling import SamplingConfig, probs, sample_from
+from .loop import OnToken, Rows, bad_logits, check_inputs, next_token, now, prefill_pending, raise_if_bad
+from .sampling import SamplingConfig, probs
 from .verify import verify_chain
 
 DEFAULT_GAMMA = 4  # draft tokens per round when a command line is not told otherwise (generate, eval)
@@ -33,7 +31,8 @@ DEFAULT_GAMMA = 4  # draft tokens per round when a command line is not told othe
 
 @dataclass
 class RoundRecord:
-    gamma: int  # draft length used this round (0 for a plain decoding step)
+    gamma: int | None  # draft length this round (0 when the budget leaves no room); None: a plain decoding
+    # step of a method that does not draft (vanilla)
     accepted: list[int]  # per row: consecutive accepted drafts, 0..gamma (0 for inactive rows)
     committed: list[int]  # per row: tokens committed (A + 1, fewer after EOS/budget; 0 if inactive)
     active: list[bool]  # per row: still generating at the start of the round
@@ -55,42 +54,6 @@ class GenerationResult:
     prefill_tokens: int = 0  # tokens per row the prefill committed (1 for vanilla: no round made them)
 
 
-OnToken = Callable[[int, int, float], None]  # (row, token_id, perf_counter timestamp)
-
-
-def _now(device: torch.device) -> float:
-    sync(device)
-    return time.perf_counter()
-
-
-def _check_inputs(target, input_ids, attention_mask, gamma, max_new_tokens, sampling) -> torch.Tensor:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not isinstance(sampling, SamplingConfig):
-        raise ValueError(f"sampling must be an eaglehead.decode.SamplingConfig, got {type(sampling).__name__}")
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError(f"input_ids must be a LongTensor [batch, length], got {getattr(input_ids, 'shape', input_ids)!r}")
-    if input_ids.shape[1] < 1 or input_ids.shape[0] < 1:
-        raise ValueError(f"input_ids must hold at least one token per row, got shape {tuple(input_ids.shape)}")
-    if attention_mask is None:
-        valid = torch.ones_like(input_ids, dtype=torch.bool)
-    else:
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}")
-        valid = attention_mask.to(input_ids.device).bool()
-        if not bool(valid[:, -1].all()):
-            raise ValueError("attention_mask must be left-padded: the last column must be 1 in every row")
-    vocab = output_vocab_size(target)
-    if int(input_ids.max()) >= vocab or int(input_ids.min()) < 0:
-        raise ValueError(f"input_ids hold ids outside the target vocabulary [0, {vocab})")
-    limit = getattr(target.config, "max_position_embeddings", None) or getattr(target.config, "n_positions", None)
-    longest = int(valid.long().sum(1).max())
-    if limit is not None and longest + max_new_tokens + (gamma or 0) > limit:
-        raise ValueError(
-            f"prompt length {longest} + max_new_tokens {max_new_tokens} + gamma {gamma} exceeds the target's "
-            f"context of {limit} positions (max_position_embeddings)"
-        )
-    return valid
 
 
 class _NoDrafter:
@@ -156,136 +119,82 @@ def vanilla_generate(
 
 def _generate(target, drafter, input_ids, gamma: int | None, sampling, max_new_tokens, eos_token_id, attention_mask,
               generator, on_token) -> GenerationResult:
-    valid = _check_inputs(target, input_ids, attention_mask, gamma, max_new_tokens, sampling)
+    """The loop: prefill, then rounds of propose -> verify -> accept -> commit -> crop until every row is done."""
+    valid = check_inputs(target, input_ids, attention_mask, gamma, max_new_tokens, sampling)
     vocab = output_vocab_size(target)
     if drafter.vocab_size != vocab:
         raise ValueError(
             f"drafter vocabulary size {drafter.vocab_size} does not match the target's {vocab}: "
             "the drafter must propose distributions over the target's vocabulary"
         )
-    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
-    device = input_ids.device
-    bsz = input_ids.shape[0]
-    feature_ids = drafter.feature_layer_ids
-    runner = RaggedCacheLM(target, feature_ids)
+    rows = Rows.start(input_ids.shape[0], eos_token_id, max_new_tokens, on_token)
+    runner = RaggedCacheLM(target, drafter.feature_layer_ids)
     target.eval()
-
-    tokens: list[list[int]] = [[] for _ in range(bsz)]
-    times: list[list[float]] = [[] for _ in range(bsz)]
-    done = [False] * bsz
-    by_eos = [False] * bsz
-
-    t_start = _now(device)
-    runner.reset(bsz)
-    features = None
-    if gamma is None:
-        # Vanilla prefills the whole prompt in one call and takes the first token from its last
-        # logits, as transformers' generate() does: one forward fewer than prefill + a gamma-0 round,
-        # and the same computation and random draw as that round.
-        out = runner.forward(input_ids, valid, last_only=True)
-        y = _next_token(out.logits, sampling, generator)
-        host = torch.cat([y, _bad_logits(out.logits).long().view(1)]).tolist()
-        _raise_if_bad(host[-1])
-        _commit([[]] * bsz, [0] * bsz, host[:bsz], tokens, times, done, by_eos, eos, max_new_tokens, on_token,
-                time.perf_counter())
-        drafter.begin(input_ids, valid, None)
-        last = y
-    else:
-        if input_ids.shape[1] > 1:
-            out = runner.forward(input_ids[:, :-1], valid[:, :-1], last_only=feature_ids is None,
-                                 want_features=feature_ids is not None)
-            features = out.features
-        drafter.begin(input_ids, valid, features)
-        last = input_ids[:, -1]
-    t_prefill = _now(device) - t_start
-
+    t_start = now(input_ids.device)
+    last = _prefill(runner, drafter, input_ids, valid, gamma is None, sampling, generator, rows)
+    t_prefill = now(input_ids.device) - t_start
     rounds: list[RoundRecord] = []
-    while not all(done):
+    while not all(rows.done):
         # Never draft past the budget: a round commits at most g + 1 tokens.
-        room = max(max_new_tokens - len(tokens[b]) for b in range(bsz) if not done[b])
-        g = 0 if gamma is None else min(gamma, room - 1)
-        t0 = _now(device)
-        draft, q = drafter.propose(g, sampling, generator)  # [B, g], [B, g, V]
-        t1 = _now(device)
-        out = runner.forward(torch.cat([last[:, None], draft], 1), want_features=feature_ids is not None)
-        if g == 0:  # a plain decoding step: sample p directly (greedy: the logits' argmax), no chain to verify
-            y = _next_token(out.logits, sampling, generator)
-            t2 = _now(device)
-            n_acc = torch.zeros_like(y)
-        else:
-            p = probs(out.logits, sampling)  # [B, g+1, V]
-            t2 = _now(device)
-            n_acc, y = verify_chain(p, q, draft, generator)
-        host = torch.cat([n_acc, y, draft.flatten(), _bad_logits(out.logits).long().view(1)]).tolist()  # one sync
-        _raise_if_bad(host[-1])
-        acc_list, y_list = host[:bsz], host[bsz:2 * bsz]
-        draft_rows = [host[2 * bsz + b * g: 2 * bsz + (b + 1) * g] for b in range(bsz)]
-
-        now = time.perf_counter()
-        active = [not d for d in done]
-        committed = _commit(draft_rows, acc_list, y_list, tokens, times, done, by_eos, eos, max_new_tokens,
-                            on_token, now)
-
-        # Crop: the target keeps [last, d_1..d_A] of this call; y is pending for the next one.
-        runner.keep_recent(g + 1, [a + 1 for a in acc_list])
-        t3 = _now(device)
-        drafter.commit(acc_list, draft, y, out.features)
-        t4 = _now(device)
-        last = y
-        rounds.append(RoundRecord(
-            gamma=g,
-            accepted=[a if act else 0 for a, act in zip(acc_list, active)],
-            committed=committed,
-            active=active,
-            t_draft=(t1 - t0) + (t4 - t3),
-            t_verify=t2 - t1,
-            t_rest=t3 - t2,
-        ))
-    return GenerationResult(tokens=tokens, rounds=rounds, token_times=times, t_start=t_start,
-                            t_end=_now(device), prompt_lengths=valid.long().sum(1).tolist(),
-                            t_prefill=t_prefill, finished_by_eos=by_eos, prefill_tokens=int(gamma is None))
+        g = None if gamma is None else min(gamma, rows.room() - 1)
+        record, last = _round(runner, drafter, last, g, sampling, generator, rows)
+        rounds.append(record)
+    return GenerationResult(tokens=rows.tokens, rounds=rounds, token_times=rows.times, t_start=t_start,
+                            t_end=now(input_ids.device), prompt_lengths=valid.long().sum(1).tolist(),
+                            t_prefill=t_prefill, finished_by_eos=rows.by_eos, prefill_tokens=int(gamma is None))
 
 
-def _next_token(logits: torch.Tensor, sampling: SamplingConfig, generator) -> torch.Tensor:
-    """The token after the last position of ``logits [B, T, V]``: ``[B]``. Greedy takes the argmax of
-    the logits directly (the first maximum, as ``probs``' one-hot does), skipping the one-hot."""
-    if sampling.greedy:
-        return logits[:, -1].argmax(-1)
-    return sample_from(probs(logits[:, -1], sampling), generator)
+def _prefill(runner, drafter, input_ids, valid, plain: bool, sampling, generator, rows: Rows) -> torch.Tensor:
+    """Fill the target's cache with the prompt; returns the pending last token ``[B]`` (module doc's convention).
+
+    ``plain`` (vanilla) prefills the whole prompt in one call and takes the first token from its last logits,
+    as transformers' generate() does: one forward fewer than prefill + a draft-free round, and the same
+    computation and random draw as that round. Otherwise the last prompt token is left pending
+    (:func:`~.loop.prefill_pending`)."""
+    if not plain:
+        return prefill_pending(runner, drafter, input_ids, valid)
+    bsz = input_ids.shape[0]
+    runner.reset(bsz)
+    out = runner.forward(input_ids, valid, last_only=True)
+    y = next_token(out.logits, sampling, generator)
+    host = torch.cat([y, bad_logits(out.logits).long().view(1)]).tolist()
+    raise_if_bad(host[-1])
+    rows.commit([[]] * bsz, [0] * bsz, host[:bsz], time.perf_counter())
+    drafter.begin(input_ids, valid, None)
+    return y
 
 
-def _bad_logits(logits: torch.Tensor) -> torch.Tensor:
-    """A 0-dim bool tensor: ``logits`` hold NaN or +inf. One reduction: the maximum propagates NaN and
-    is +inf when any entry is (it is -inf only for an all -inf row, which no distribution can come from)."""
-    return ~torch.isfinite(logits.amax())
+def _round(runner, drafter, last, g: int | None, sampling, generator, rows: Rows) -> tuple[RoundRecord, torch.Tensor]:
+    """One round over ``[last, d_1..d_g]``; ``g`` None: a plain decoding step (the method does not draft).
+    Returns the round's record and the new pending token ``[B]``."""
+    device, bsz, n = last.device, last.shape[0], g or 0
+    tapped = drafter.feature_layer_ids is not None
+    t0 = now(device)
+    draft, q = drafter.propose(n, sampling, generator)  # [B, n], [B, n, V]
+    t1 = now(device)
+    out = runner.forward(torch.cat([last[:, None], draft], 1), want_features=tapped)
+    if n == 0:  # nothing to verify: sample p directly (greedy: the logits' argmax)
+        y = next_token(out.logits, sampling, generator)
+        t2 = now(device)
+        n_acc = torch.zeros_like(y)
+    else:
+        p = probs(out.logits, sampling)  # [B, n+1, V]
+        t2 = now(device)
+        n_acc, y = verify_chain(p, q, draft, generator)
+    host = torch.cat([n_acc, y, draft.flatten(), bad_logits(out.logits).long().view(1)]).tolist()  # one sync
+    raise_if_bad(host[-1])
+    acc_list, y_list = host[:bsz], host[bsz:2 * bsz]
+    draft_rows = [host[2 * bsz + b * n: 2 * bsz + (b + 1) * n] for b in range(bsz)]
+    active = [not d for d in rows.done]
+    committed = rows.commit(draft_rows, acc_list, y_list, time.perf_counter())
+    # Crop: the target keeps [last, d_1..d_A] of this call; y is pending for the next one.
+    runner.keep_recent(n + 1, [a + 1 for a in acc_list])
+    t3 = now(device)
+    drafter.commit(acc_list, draft, y, out.features)
+    t4 = now(device)
+    record = RoundRecord(gamma=g, accepted=[a if act else 0 for a, act in zip(acc_list, active)],
+                         committed=committed, active=active, t_draft=(t1 - t0) + (t4 - t3), t_verify=t2 - t1,
+                         t_rest=t3 - t2)
+    return record, y
 
 
-def _raise_if_bad(flag) -> None:
-    if flag:
-        raise ValueError("the target produced NaN or infinite logits (check the model's dtype and weights)")
-
-
-def _commit(draft_rows, acc_list, y_list, tokens, times, done, by_eos, eos, max_new_tokens, on_token,
-            now: float) -> list[int]:
-    """Commit: host bookkeeping per row (EOS, budget, streaming), no tensor work; updates ``tokens``,
-    ``times``, ``done`` and ``by_eos`` in place and returns the tokens committed per row."""
-    committed = [0] * len(tokens)
-    for b in range(len(tokens)):
-        if done[b]:
-            continue
-        seq = draft_rows[b][: acc_list[b]] + [y_list[b]]
-        seq = seq[: max_new_tokens - len(tokens[b])]
-        for i, tok in enumerate(seq):
-            if tok in eos:
-                seq = seq[: i + 1]
-                done[b] = by_eos[b] = True
-                break
-        tokens[b].extend(seq)
-        times[b].extend([now] * len(seq))
-        committed[b] = len(seq)
-        if len(tokens[b]) >= max_new_tokens:
-            done[b] = True
-        if on_token is not None:
-            for tok in seq:
-                on_token(b, tok, now)
-    return committed

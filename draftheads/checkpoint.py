@@ -9,6 +9,8 @@ Three layouts, each ``config.json`` + ``model.safetensors``:
 * speculators (``export_speculators``): ``Eagle3Speculator`` for vLLM, keys ``layers.0.*`` instead of
   ``midlayer.*``.
 
+A ``.gguf`` file (llama.cpp's EAGLE-3 head, :mod:`.gguf_head`) is loaded by ``load_head`` too (layout ``gguf``).
+
 Layer ids: vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (first) in ``output_hidden_states``
 indexing, ours. SGLang reads only ``eagle_config.eagle_aux_hidden_state_layer_ids`` and adds one to each id
 (``set_eagle3_layers_to_capture``), so the export writes our ids minus one there: both engines then tap the
@@ -32,10 +34,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglehead.builtin.devices import dtype_name
+from eaglehead.builtin.jsonio import read_json
 
 from .config import Eagle3Config, target_dims
 from .eagle1 import Eagle1Head
 from .eagle3 import Eagle3Head
+from .gguf_head import GGUF_SUFFIX, load_gguf_head
 from .taps import default_layer_ids
 from .vocab import check_vocab_mapping
 
@@ -141,8 +145,11 @@ LAYOUTS = ("eaglehead", "eagle3", "speculators")
 
 def head_layout(config: dict[str, Any] | str | Path) -> str | None:
     """Which head layout a ``config.json`` (its dict, or the directory holding it) is: ``eaglehead``,
-    ``speculators`` or ``eagle3``; ``None`` when it is not a draft head (e.g. a causal LM)."""
+    ``speculators`` or ``eagle3``; ``gguf`` for a ``.gguf`` file; ``None`` when it is not a draft head (e.g. a
+    causal LM)."""
     if not isinstance(config, dict):
+        if Path(config).suffix == GGUF_SUFFIX and Path(config).is_file():
+            return "gguf"
         if not (Path(config) / CONFIG_FILE).is_file():
             return None
         config = _read_config(Path(config))
@@ -170,6 +177,8 @@ def load_head(path: str | Path, *, target_config: Any = None, fused_layer_ids: l
     otherwise).
     """
     path = Path(path)
+    if path.suffix == GGUF_SUFFIX:
+        return _from_gguf(path, target_config, fused_layer_ids, target_name_or_path, map_location, layout, check)
     raw = _read_config(path)
     # The EAGLE-3 layout's config is a one-layer Llama config: anything unmarked is read as one (and
     # refused with the field that does not fit, e.g. a full LM's num_hidden_layers).
@@ -183,6 +192,18 @@ def load_head(path: str | Path, *, target_config: Any = None, fused_layer_ids: l
         head = _from_ours(raw, path, map_location)
     else:
         head = _from_engine_layout(raw, found, path, target_config, fused_layer_ids, target_name_or_path, map_location)
+    if check and target_config is not None:
+        check_compatible(head.config, target_config)
+    return head
+
+
+def _from_gguf(path: Path, target_config, fused_layer_ids, target_name_or_path, map_location, layout,
+               check) -> Eagle3Head:
+    """A llama.cpp EAGLE-3 GGUF (:func:`.gguf_head.load_gguf_head`), checked like the other layouts."""
+    if layout is not None and layout != "gguf":
+        raise ValueError(f"{path}: expected the {layout} layout, found gguf")
+    head = load_gguf_head(path, map_location=map_location, fused_layer_ids=fused_layer_ids,
+                          target_name_or_path=target_name_or_path)
     if check and target_config is not None:
         check_compatible(head.config, target_config)
     return head
@@ -347,16 +368,7 @@ def _build(cls: type[Eagle3Head], cfg: Eagle3Config, state: dict[str, torch.Tens
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    file = path / CONFIG_FILE
-    if not file.is_file():
-        raise ValueError(f"{file}: no such file")
-    try:
-        cfg = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: invalid JSON ({e})") from e
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{file}: expected a JSON object")
-    return cfg
+    return read_json(path / CONFIG_FILE, expect=dict)
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .taps import default_layer_ids
+from .vocab import DEFAULT_DRAFT_VOCAB_SIZE, resolve_draft_vocab_size
 
 # RoPE variants the draft layer implements (see eagle3.rope_inv_freq); others are refused.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
@@ -138,7 +139,7 @@ class Eagle3Config:
 
         Reads Llama/Qwen/Mistral (``hidden_size``, ``num_hidden_layers``, ...), GPT-2 (``n_embd``,
         ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``) and GPT-NeoX attribute names; ``hf_config``
-        may also be a plain dict. Defaults: ``draft_vocab_size = min(32000, vocab)``, ``fused_layer_ids =
+        may also be a plain dict. Defaults: ``draft_vocab_size = min(DEFAULT_DRAFT_VOCAB_SIZE, vocab)``, ``fused_layer_ids =
         default_layer_ids(L)``. A target RoPE this head cannot reproduce (e.g. yarn) raises unless
         ``rope_scaling`` is overridden. GPT-NeoX's partial rotary is not copied: the draft layer rotates the
         full head. ``overrides`` replace any field (unknown names raise).
@@ -152,7 +153,7 @@ class Eagle3Config:
             "head_dim": t["head_dim"],
             "target_hidden_size": t["hidden_size"],
             "target_vocab_size": t["vocab_size"],
-            "draft_vocab_size": min(32000, t["vocab_size"]),
+            "draft_vocab_size": resolve_draft_vocab_size(DEFAULT_DRAFT_VOCAB_SIZE, t["vocab_size"]),
             "target_num_hidden_layers": t["num_hidden_layers"],
             "max_position_embeddings": t["max_position_embeddings"],
             "rms_norm_eps": t["rms_norm_eps"],

@@ -14,6 +14,15 @@ from __future__ import annotations
 
 import torch
 
+# The draft vocabulary a head gets unless told otherwise: the reference heads' size for Llama-3 targets.
+DEFAULT_DRAFT_VOCAB_SIZE = 32000
+
+
+def resolve_draft_vocab_size(requested: int, target_vocab: int) -> int:
+    """The rows of a head's ``lm_head``: ``requested`` capped at the target's vocabulary (a draft vocabulary
+    is a subset of the target's)."""
+    return min(requested, target_vocab)
+
 
 def build_draft_vocab(token_counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the ``draft_vocab_size`` most frequent target ids and return ``(d2t, t2d)`` on CPU.

@@ -1,8 +1,11 @@
 """Report assembly for ``eaglehead eval``: run records per method, state and category, the identity
 check against vanilla, and the report's config and hardware blocks.
 
-Greedy runs record ``identical_to_vanilla`` (token-identical to vanilla on every prompt); sampled
-runs record ``null``. Output lengths and EOS-terminated rows are reported per run, never trimmed.
+Greedy runs record ``identical_to_vanilla`` (token-identical to our torch vanilla on every prompt) and
+``identical_to_reference`` / ``mismatched_prompts`` against their engine's own exact decoding
+(``identity_reference``: ``vanilla`` for torch methods, ``llamacpp`` for llama.cpp methods, whose
+quantized or differently rounded model need not match torch's); sampled runs record ``null``. Output
+lengths and EOS-terminated rows are reported per run, never trimmed.
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ def _identity(rec: MethodRuns, base: MethodRuns, ids: list[str], greedy: bool) -
 
 
 def method_records(key: Key, rec: MethodRuns, base: MethodRuns, category_of: dict[str, str], greedy: bool,
-                   state: dict, extra: dict, turn_of: dict[str, int] | None = None) -> list[dict]:
+                   state: dict, extra: dict, turn_of: dict[str, int] | None = None, engine: str = "torch",
+                   reference: tuple[str, MethodRuns] | None = None) -> list[dict]:
     """The ``runs`` entries of one method in one state: ``all`` first, then one per category; with
     multi-turn prompts also one per turn (``turn`` 1, 2, ...) overall and per category. Entries over
-    every turn carry ``turn: "all"``."""
+    every turn carry ``turn: "all"``. ``base`` is torch vanilla; ``reference`` (name, runs) the exact
+    decoding of the method's own engine (default: vanilla)."""
     method, gamma = key
+    ref_name, ref = reference or ("vanilla", base)
     turn_of = turn_of or {}
     turns = sorted({turn_of.get(pid, 1) for pid in rec.tokens})
     n_rep = max(rec.repeat_of, default=0) + 1
@@ -48,21 +54,51 @@ def method_records(key: Key, rec: MethodRuns, base: MethodRuns, category_of: dic
             reps = [b["overall"] if category == "all" else b["categories"][category] for b in per_rep]
             idx, spread = repeat_fields([m["time_per_token_s"] for m in reps])  # the median repeat stands for all
             ids = ids_all if category == "all" else cat_ids[category]
-            same, bad = _identity(rec, base, ids, greedy)
+            same, bad = _identity(rec, ref, ids, greedy)
+            as_vanilla, bad_vanilla = _identity(rec, base, ids, greedy)
+            if ref is not base:
+                extra = {**extra, "mismatched_vanilla_prompts": bad_vanilla}
             runs.append(run_record(
                 method, reps[idx], category=category, turn=turn, gamma=gamma, peak_mem_bytes=rec.peak, **state,
-                requests=len(ids), eos_rows=sum(rec.eos[i] for i in ids), identical_to_vanilla=same,
-                mismatched_prompts=bad, **spread, **extra))
+                engine=engine, requests=len(ids), eos_rows=sum(rec.eos[i] for i in ids), identity_reference=ref_name,
+                identical_to_reference=same, identical_to_vanilla=as_vanilla, mismatched_prompts=bad, **spread,
+                **extra))
     return runs
 
 
+def _same(r: dict) -> bool | None:
+    return r.get("identical_to_reference", r["identical_to_vanilla"])
+
+
 def identity_summary(runs: list[dict]) -> dict:
-    greedy_runs = [r for r in runs if r["identical_to_vanilla"] is not None and r["category"] == "all"
+    """Greedy runs (category all, every turn) token-identical to their engine's exact decoding. The top-level
+    verdict is about our torch loops (exact by construction, so any mismatch is a bug); other engines are
+    summarised apart under ``engines`` (llama.cpp's batched verification rounds differently from its
+    one-token steps, so a near-tie can flip a greedy token there)."""
+    greedy_runs = [r for r in runs if _same(r) is not None and r["category"] == "all"
                    and r.get("turn", "all") == "all"]
-    return {"greedy_runs_checked": len(greedy_runs),
-            "all_identical": all(r["identical_to_vanilla"] for r in greedy_runs),
-            "mismatched": [(r["method"], r["gamma"], r["temperature"], r["batch_size"])
-                           for r in greedy_runs if not r["identical_to_vanilla"]]}
+    out: dict = {}
+    for engine in dict.fromkeys(r.get("engine", "torch") for r in greedy_runs):
+        mine = [r for r in greedy_runs if r.get("engine", "torch") == engine]
+        out[engine] = {"greedy_runs_checked": len(mine), "all_identical": all(_same(r) for r in mine),
+                       "mismatched": [(r["method"], r["gamma"], r["temperature"], r["batch_size"])
+                                      for r in mine if not _same(r)]}
+    torch_side = out.pop("torch", {"greedy_runs_checked": 0, "all_identical": True, "mismatched": []})
+    return {**torch_side, "engines": out} if out else torch_side
+
+
+def engine_identity_notes(runs: list[dict]) -> list[str]:
+    """One note per greedy serving state with runs on another engine: how many of their prompts equal torch
+    vanilla's output (with a float32 GGUF, llama.cpp runs the torch model; a quantized file does not)."""
+    notes = []
+    for r in runs:
+        if r.get("mismatched_vanilla_prompts") is None or r["category"] != "all" or r.get("turn", "all") != "all":
+            continue
+        same = r["requests"] - r["mismatched_vanilla_prompts"]
+        notes.append(f"{r['method']} (gamma {r['gamma']}, batch {r['batch_size']}, {r['engine']}): identical to "
+                     f"{r['identity_reference']} on {r['requests'] - r['mismatched_prompts']}/{r['requests']} "
+                     f"prompts; identical to torch vanilla on {same}/{r['requests']}")
+    return notes
 
 
 def report_config(plan: EvalPlan, tok, eos: set[int], pad_id: int, tune: int, test: int) -> dict:

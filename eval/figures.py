@@ -8,7 +8,8 @@ Usage::
 
 - ``headline.png``: time per token per method (median over repeats, min-max bar), the speedup against
   the state's fastest baseline and tau written beside each bar; one panel per serving state.
-- ``survival.png``: Pr(A >= i) per method; ``round_time.png``: stacked T_d, T_v, T_b per method.
+- ``survival.png``: Pr(A >= i) per method (trees: i is the depth; llama.cpp gives no per-round data, so its
+  methods are absent); ``round_time.png``: stacked T_d, T_v, T_b per method.
 - ``gamma_sweep.png``: time per token against gamma, one panel per method and temperature, one line
   per batch size and split, tau at each point, the chosen gamma starred.
 - ``itl_cdf.png``: inter-token gaps per method, x clipped at the panel's p99 (the count clipped is stated).
@@ -35,7 +36,8 @@ PANEL_W, PANEL_H = 4.0, 3.0  # inches at dpi 100: 400 x 300 px per panel
 DPI = 100
 # One colour per method in every figure.
 METHOD_COLORS = {"vanilla": "#8c8c8c", "hf-generate": "#3b3b3b", "eagle3": "C0", "eagle1": "C1", "draft-lm": "C2",
-                 "prompt-lookup": "C4", "hf-assisted": "C3"}
+                 "prompt-lookup": "C4", "hf-assisted": "C3", "eagle3-tree": "#0b2f6b", "eagle1-tree": "#a0522d",
+                 "llamacpp": "#6b4226", "llamacpp-eagle3": "C6", "llamacpp-ngram": "C8"}
 
 
 def _color(method: str) -> str:
@@ -71,7 +73,10 @@ def headline_runs(runs: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]
 
 
 def method_label(r: dict[str, Any]) -> str:
+    """``eagle3 g=4``; a tree by its verified nodes and depth (``eagle3-tree n=8 d=6``)."""
     g = r.get("gamma")
+    if r.get("tree_tokens") is not None:
+        return f"{r['method']} n={r['tree_tokens']} d={r.get('tree_depth')}"
     return f"{r['method']} g={g}" if g else str(r["method"])
 
 
@@ -129,8 +134,9 @@ def plot_headline(runs: list[dict[str, Any]], path: Path) -> Path:
         ax.tick_params(axis="x", labelsize=8)
     if not states:
         _empty(axes[0], "no runs")
+    engines = " (torch); brown = plain llama.cpp" if any(r.get("engine") == "llama.cpp" for r in runs) else ""
     _suptitle(fig, "Time per token and speedup vs the fastest exact baseline (tau includes the bonus token; "
-              "grey = baselines)")
+              f"grey = baselines{engines})")
     return _save(fig, path)
 
 
@@ -144,9 +150,10 @@ def plot_survival(runs: list[dict[str, Any]], path: Path) -> Path:
             pts = [(i + 1, s) for i, s in enumerate(r["survival"]) if s is not None]
             (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, color=_color(r["method"]))
             handles.setdefault(r["method"], line)
-            ax.annotate(f"g={r.get('gamma')}", pts[-1], fontsize=7, xytext=(3, 0), textcoords="offset points")
+            tag = f"n={r['tree_tokens']}" if r.get("tree_tokens") is not None else f"g={r.get('gamma')}"
+            ax.annotate(tag, pts[-1], fontsize=7, xytext=(3, 0), textcoords="offset points")
         ax.set(ylim=(0, 1.05), title=state_label(key))
-        ax.set_xlabel("draft position i", fontsize=8)
+        ax.set_xlabel("draft position i (trees: depth i)", fontsize=8)
         ax.set_ylabel("Pr(A >= i)", fontsize=8)
         ax.title.set_fontsize(9)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -172,7 +179,7 @@ def plot_round_time(runs: list[dict[str, Any]], path: Path) -> Path:
             left += vals
         ax.set_yticks(ys, [method_label(r) for r in rows], fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("ms per round (HF methods: all booked as T_v)", fontsize=8)
+        ax.set_xlabel("ms per round (HF, llama.cpp: all booked as T_v)", fontsize=8)
         ax.set_title(state_label(key), fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
     if not states:
@@ -219,7 +226,7 @@ def plot_sweeps(sweeps: list[dict[str, Any]], path: Path, chosen: dict[tuple, in
                 if pick in g:
                     ax.plot([pick], [y[g.index(pick)]], marker="*", ms=13, color=c, mec="k", zorder=5)
             ax.set_title(f"{m}, T={t:g}", fontsize=9)
-            ax.set_xlabel("gamma", fontsize=8)
+            ax.set_xlabel("verified tree nodes n" if m.endswith("-tree") else "gamma", fontsize=8)
             ax.set_ylabel("ms / token", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))

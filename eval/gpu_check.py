@@ -211,7 +211,7 @@ def check_real_head(head: str, out: str, device: str, *, target: str = SMOLLM2_T
     (gamma chosen on the tune split), the report in ``out``. Passes when every greedy output equals
     vanilla's and the report is consistent."""
     from eaglehead.eval.plan import EvalPlan
-    from eaglehead.eval.report import compact_table
+    from eaglehead.eval.tables import compact_table
     from eaglehead.eval.runner import run_eval
 
     plan = EvalPlan(target=target, prompts=prompts, drafts={"eagle3": head},

@@ -37,7 +37,7 @@ class StampStreamer:
         pass
 
 
-def streamer_result(streamer: StampStreamer, bsz: int, gamma: int, eos: set[int], t_start: float, t_end: float,
+def streamer_result(streamer: StampStreamer, bsz: int, gamma: int | None, eos: set[int], t_start: float, t_end: float,
                     prompt_lengths: list[int], max_new: int) -> GenerationResult:
     """A ``GenerationResult`` from the streamer events: event 0 is the prefill, each later one a round."""
     tokens = [[] for _ in range(bsz)]
@@ -92,4 +92,4 @@ def hf_generate(target, draft_lm, ids, mask, sampling: SamplingConfig, *, gamma:
     target.generate(ids, attention_mask=mask, generation_config=GenerationConfig(**kw), streamer=streamer, **extra)
     sync(device)
     t1 = time.perf_counter()
-    return streamer_result(streamer, ids.shape[0], gamma or 0, eos, t0, t1, mask.sum(1).tolist(), max_new)
+    return streamer_result(streamer, ids.shape[0], gamma, eos, t0, t1, mask.sum(1).tolist(), max_new)

@@ -30,6 +30,9 @@ from typing import Any
 
 from eaglehead.builtin.shipped import file_sha256
 from eaglehead.decode.generate import GenerationResult, RoundRecord
+from eaglehead.decode.tree_generate import TreeRoundRecord
+
+from .engine_result import EngineResult
 
 CALLS = "calls.jsonl"
 PLAN = "plan.json"
@@ -41,7 +44,11 @@ def result_to_dict(res: GenerationResult) -> dict:
 
 
 def result_from_dict(d: dict) -> GenerationResult:
-    return GenerationResult(**{**d, "rounds": [RoundRecord(**r) for r in d["rounds"]]})
+    """The result :func:`result_to_dict` wrote, as its own type: tree rounds (they carry ``depth``) come back
+    as ``TreeRoundRecord``, a call another engine answered (``engine_stats``) as ``EngineResult``."""
+    rounds = [TreeRoundRecord(**r) if "depth" in r else RoundRecord(**r) for r in d["rounds"]]
+    kind = EngineResult if "engine_stats" in d else GenerationResult
+    return kind(**{**d, "rounds": rounds})
 
 
 def _group_key(tag: Tag, rep: int, batch: int) -> str:

@@ -17,6 +17,15 @@ active rows, in batch order.
 Conventions. A *row-round* is one active
 batch row in one target round; ``A`` is its count of consecutively accepted drafts.
 
+Trees (``TreeRoundRecord``: ``gamma`` = verified draft nodes, ``accepted`` = accepted depth, ``depth``):
+``A`` is the accepted depth and the survival positions are depths (``depth_values``); ``drafted`` and
+``verified_mean`` count verified nodes, so ``acceptance_rate`` = accepted tokens per verified node. For
+chains both readings coincide (``depth`` = gamma).
+
+Engine results (``engine_result.EngineResult``, llama.cpp): the engine reports totals, not rounds, so the
+round fields come from its counters (``engine_result.engine_round_fields``) and survival is empty; the
+per-token fields (TTFT, ITL, latency, throughput) come from the streamed token times as for our loops.
+
 - ``tau`` = 1 + mean A over row-rounds: tokens committed per target round *including the
   correction/bonus token*, as the draft policy produced them before EOS/budget truncation (vanilla
   steps, gamma 0, count as 1). ``tau_committed`` = total committed / row-rounds, i.e. what was
@@ -33,6 +42,7 @@ batch row in one target round; ``A`` is its count of consecutively accepted draf
 - ``itl_*`` (what a streaming user sees): per-token gaps between consecutive tokens of a row, where
   tokens delivered together have gap 0. ``itl_event_*``: gaps between consecutive *distinct*
   delivery times of a row (the wait for the next chunk). Percentiles use linear interpolation.
+- ``wall_time_per_token_s`` = wall time / output tokens (the inverse of the throughput below).
 - ``throughput_tok_s`` = output tokens (all rows, prefill token included) / wall time, where wall
   time is the union of the calls' [t_start, t_end] intervals (sequential calls add up, concurrent
   ones are not double counted).
@@ -48,6 +58,8 @@ from typing import Any
 
 import numpy as np
 
+from .engine_result import engine_round_fields
+
 
 @dataclass
 class DecodeMetrics:
@@ -58,15 +70,18 @@ class DecodeMetrics:
     rounds: int  # target verification rounds (one target forward for the whole batch each)
     row_rounds: int  # (round, active row) pairs
     gamma_max: int
-    gamma_values: list[int]  # distinct draft lengths among row-rounds
+    gamma_values: list[int]  # distinct draft lengths (trees: verified nodes) among row-rounds
+    depth_values: list[int]  # distinct drafted depths (chains: = gamma_values; trees: the tree depth)
+    verified_mean: float | None  # draft tokens verified per row-round (tree nodes, chain gamma)
     drafted: int
     accepted: int
     committed_tokens: int  # tokens committed by rounds
     output_tokens: int  # sum of len(tokens[row]); also counts a token produced by prefill
-    truncated_row_rounds: int  # row-rounds with committed < accepted + 1 (EOS or budget)
+    truncated_row_rounds: int | None  # row-rounds with committed < accepted + 1 (EOS, budget); None: unknown
     accepted_mean: float | None  # mean A over row-rounds
     tau: float | None  # 1 + accepted_mean: incl. correction/bonus token, before truncation
     tau_committed: float | None  # committed_tokens / row_rounds: what truncation left
+    tau_drafting: float | None  # 1 + accepted / row-rounds that drafted (llama.cpp's "mean len" convention)
     survival: list[float | None]  # Pr(A >= i), i = 1..gamma_max
     conditional: list[float | None]  # Pr(A >= i | A >= i-1), i = 1..gamma_max
     acceptance_rate: float | None  # accepted / drafted
@@ -97,6 +112,8 @@ class DecodeMetrics:
     output_len_min: int | None
     output_len_max: int | None
     output_len_p50: float | None
+    wall_time_per_token_s: float | None = None  # wall time / output tokens (prefill included; 1 / throughput)
+    engine_time_per_token_s: float | None = None  # llama.cpp's own predicted_ms / predicted_n; None for torch
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""
@@ -141,11 +158,12 @@ def _active_values(values: list[int], active: list[bool], name: str, where: str)
     )
 
 
-def _row_rounds(rnd: Any, where: str) -> list[tuple[int, int, int]]:
-    """``(gamma, A, committed)`` for every active row of one round; validates the record."""
-    gamma = rnd.gamma
+def _row_rounds(rnd: Any, where: str) -> list[tuple[int, int, int, int]]:
+    """``(positions, A, committed, verified)`` for every active row of one round (positions: the drafted
+    depth, = gamma for a chain; verified: draft tokens verified, = gamma); validates the record."""
+    gamma = 0 if rnd.gamma is None else rnd.gamma  # None: a plain decoding step, nothing drafted
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
-        raise ValueError(f"{where}: gamma must be an int >= 0, got {gamma!r}")
+        raise ValueError(f"{where}: gamma must be an int >= 0 or None (no draft), got {rnd.gamma!r}")
     active = [bool(a) for a in rnd.active]
     acc = _active_values(rnd.accepted, active, "accepted", where)
     com = _active_values(rnd.committed, active, "committed", where)
@@ -153,13 +171,18 @@ def _row_rounds(rnd: Any, where: str) -> list[tuple[int, int, int]]:
         t = getattr(rnd, name)
         if not math.isfinite(t) or t < 0:
             raise ValueError(f"{where}: {name} must be a finite time >= 0 s, got {t!r}")
+    depth = getattr(rnd, "depth", gamma)  # a tree round's accepted count is a depth
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise ValueError(f"{where}: depth must be an int >= 0, got {depth!r}")
+    depth = min(depth, gamma)  # the drafted depth; a tree of gamma nodes is at most gamma deep
     out = []
     for a, c in zip(acc, com):
-        if not 0 <= a <= gamma:
-            raise ValueError(f"{where}: accepted {a} outside 0..gamma={gamma}")
+        if not 0 <= a <= depth:
+            raise ValueError(f"{where}: accepted {a} outside 0..{'depth' if hasattr(rnd, 'depth') else 'gamma'}"
+                             f"={depth}")
         if not 0 <= c <= a + 1:
             raise ValueError(f"{where}: committed {c} outside 0..accepted+1={a + 1}")
-        out.append((gamma, int(a), int(c)))
+        out.append((depth, int(a), int(c), gamma))
     return out
 
 
@@ -196,7 +219,7 @@ def itl_samples(results: Any, per: str = "token") -> list[float]:
 class _Samples:
     """Per-round and per-request samples of a workload, validated."""
 
-    rr: list[tuple[int, int, int]] = field(default_factory=list)  # (drafted, accepted, committed) per row-round
+    rr: list[tuple[int, int, int, int]] = field(default_factory=list)  # (depth, accepted, committed, verified)
     t_d: list[float] = field(default_factory=list)
     t_v: list[float] = field(default_factory=list)
     t_b: list[float] = field(default_factory=list)
@@ -241,13 +264,13 @@ def _collect(results: list) -> _Samples:
     return smp
 
 
-def _survival(rr: list[tuple[int, int, int]]) -> tuple[int, list[float | None], list[float | None]]:
-    """(longest draft, P(accepted >= pos), P(accepted >= pos | accepted >= pos - 1)) for pos = 1..gamma_max."""
-    gamma_max = max((g for g, _, _ in rr), default=0)
+def _survival(rr: list[tuple[int, int, int, int]]) -> tuple[int, list[float | None], list[float | None]]:
+    """(deepest draft, P(accepted >= pos), P(accepted >= pos | accepted >= pos - 1)) for pos = 1..deepest."""
+    gamma_max = max((g for g, _, _, _ in rr), default=0)
     survival: list[float | None] = []
     conditional: list[float | None] = []
     for pos in range(1, gamma_max + 1):
-        eligible = [a for g, a, _ in rr if g >= pos]  # rounds that drafted position pos
+        eligible = [a for g, a, _, _ in rr if g >= pos]  # rounds that drafted position (depth) pos
         reached = [a for a in eligible if a >= pos - 1]
         survival.append(_ratio(sum(a >= pos for a in eligible), len(eligible)))
         conditional.append(_ratio(sum(a >= pos for a in reached), len(reached)))
@@ -260,31 +283,35 @@ def compute_metrics(results: Any) -> DecodeMetrics:
     smp = _collect(results)
     rr, t_d, t_v, t_b, out_lens = smp.rr, smp.t_d, smp.t_v, smp.t_b, smp.out_lens
     ttft, latency, tpot = smp.ttft, smp.latency, smp.tpot
-    gamma_max, survival, conditional = _survival(rr)
+    depth_max, survival, conditional = _survival(rr)
     n = len(rr)
-    accepted = sum(a for _, a, _ in rr)
-    committed = sum(c for _, _, c in rr)
-    drafted = sum(g for g, _, _ in rr)
+    accepted = sum(a for _, a, _, _ in rr)
+    committed = sum(c for _, _, c, _ in rr)
+    drafted = sum(v for _, _, _, v in rr)
+    drafting = sum(v > 0 for _, _, _, v in rr)
     round_times = [d + v + b for d, v, b in zip(t_d, t_v, t_b)]
     round_total = math.fsum(round_times)
     wall = _union_length(smp.intervals)
     itl, itl_ev = itl_samples(results, "token"), itl_samples(results, "event")
     acc_mean = _ratio(accepted, n)
-    return DecodeMetrics(
+    metrics = DecodeMetrics(
         results=len(results),
         requests=len(out_lens),
         rounds=len(round_times),
         row_rounds=n,
-        gamma_max=gamma_max,
-        gamma_values=sorted({g for g, _, _ in rr}),
+        gamma_max=max((v for _, _, _, v in rr), default=0),
+        gamma_values=sorted({v for _, _, _, v in rr}),
+        depth_values=sorted({g for g, _, _, _ in rr}),
+        verified_mean=_ratio(drafted, n),
         drafted=drafted,
         accepted=accepted,
         committed_tokens=committed,
         output_tokens=sum(out_lens),
-        truncated_row_rounds=sum(c < a + 1 for _, a, c in rr),
+        truncated_row_rounds=sum(c < a + 1 for _, a, c, _ in rr),
         accepted_mean=acc_mean,
         tau=None if acc_mean is None else 1.0 + acc_mean,
         tau_committed=_ratio(committed, n),
+        tau_drafting=None if not drafting else 1.0 + accepted / drafting,
         survival=survival,
         conditional=conditional,
         acceptance_rate=_ratio(accepted, drafted),
@@ -315,7 +342,14 @@ def compute_metrics(results: Any) -> DecodeMetrics:
         output_len_min=min(out_lens, default=None),
         output_len_max=max(out_lens, default=None),
         output_len_p50=_percentile([float(x) for x in out_lens], 50),
+        wall_time_per_token_s=_ratio(wall, sum(out_lens)),
     )
+    stats = [getattr(r, "engine_stats", None) for r in results]
+    if any(stats):
+        if not all(stats):
+            raise ValueError("results mix engine totals (llama.cpp) with per-round records; compute them apart")
+        metrics = dataclasses.replace(metrics, **engine_round_fields(stats))
+    return metrics
 
 
 def _tpt(m: Any) -> float | None:

@@ -26,12 +26,22 @@ from eaglehead.builtin.models import check_model_name
 from eaglehead.decode import DEFAULT_GAMMA
 
 from .journal import CALLS
+from .plan_options import (DEFAULT_TREE_DEPTH, DEFAULT_TREE_TOPK, LLAMACPP_DTYPES, check_llamacpp, check_tree_axis,
+                           default_tree_tokens, head_dtype_ok, parse_int_list)
 from .prompts import MT_BENCH, Prompt, load_prompt_set, split_prompts
 
-METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
-DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup")  # our loop with a drafter
-GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted")
-PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "draft-lm": "--draft-lm"}
+TREE_METHODS = ("eagle3-tree", "eagle1-tree")  # our exact tree loop (decode.tree_generate)
+LLAMACPP_METHODS = ("llamacpp", "llamacpp-eagle3", "llamacpp-ngram")  # llama.cpp in process (eval/llamacpp_engine.py)
+METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted", *TREE_METHODS,
+           *LLAMACPP_METHODS)
+DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup", *TREE_METHODS)  # our loops with a drafter
+GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted", "llamacpp-eagle3", "llamacpp-ngram")
+# The head checkpoint a method reads (tree and llama.cpp methods reuse the chain methods' heads).
+HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3"}
+PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "draft-lm": "--draft-lm", "eagle3-tree": "--draft",
+               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft"}
+DRAFT_KEYS = ("eagle3", "eagle1", "draft-lm")  # EvalPlan.drafts' keys
+BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper)
 AUTO_GAMMAS = tuple(range(1, 9))
 MAX_GAMMA = 16
 DrafterFactory = Callable[[nn.Module], Any]  # target -> a Drafter, called once per method
@@ -68,6 +78,14 @@ class EvalPlan:
     seed: int = 0
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     dtype: str = "float32"
+    # Trees (eagle3-tree, eagle1-tree): the axis tuned like gamma is the number of verified draft nodes
+    # ``tree_tokens``; each tree has depth min(tree_depth, n) and tree_topk children per node (plan_options.py).
+    tree_tokens: tuple[int, ...] | None = None  # None: the default of the gamma mode (plan_options.py)
+    tree_depth: int = DEFAULT_TREE_DEPTH
+    tree_topk: int = DEFAULT_TREE_TOPK
+    llamacpp_dtype: str = "as-is"  # as-is | float32 | float16: the target GGUF llama.cpp runs
+    llamacpp_head_dtype: str = "float16"  # the exported EAGLE-3 head GGUF's matrices
+    threads: int | None = None  # llama.cpp threads; None: torch.get_num_threads()
     report_to: Literal["none", "wandb"] = "none"  # wandb: the tables and figures also go to a wandb run
     wandb_project: str = "eaglehead"
     drafter_factories: dict[str, DrafterFactory] = field(default_factory=dict, repr=False, compare=False)
@@ -77,9 +95,9 @@ class EvalPlan:
         if unknown:
             raise ValueError(f"drafter_factories: unknown method(s) {unknown}; expected keys among "
                              f"{list(DRAFTER_METHODS)}")
-        bad_drafts = sorted(set(self.drafts) - set(PATH_OPTION))
+        bad_drafts = sorted(set(self.drafts) - set(DRAFT_KEYS))
         if bad_drafts:
-            raise ValueError(f"drafts: unknown method(s) {bad_drafts}; expected keys among {list(PATH_OPTION)}")
+            raise ValueError(f"drafts: unknown method(s) {bad_drafts}; expected keys among {list(DRAFT_KEYS)}")
         self.drafts = {m: str(p) for m, p in self.drafts.items() if p}
         out = Path(self.out)
         if self.resume and self.overwrite:
@@ -119,11 +137,27 @@ class EvalPlan:
         if not self.batch_sizes or not all(_positive_int(b) for b in self.batch_sizes):
             raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {list(self.batch_sizes)!r}")
         self.methods = self._resolve_methods()
+        self._check_engines()
+
+    def _check_engines(self) -> None:
+        """Tree shape and llama.cpp options (errors name the option)."""
+        if self.tree_tokens is None:
+            self.tree_tokens = default_tree_tokens(self.gamma_mode)
+        self.tree_tokens = check_tree_axis(self.gamma_mode, self.tree_tokens, self.tree_depth, self.tree_topk)
+        if self.llamacpp_dtype not in LLAMACPP_DTYPES:
+            raise ValueError(f"--llamacpp-dtype must be one of {list(LLAMACPP_DTYPES)}, got {self.llamacpp_dtype!r}")
+        if not head_dtype_ok(self.llamacpp_head_dtype):
+            raise ValueError(f"--llamacpp-head-dtype must be float16, float32 or bfloat16, got "
+                             f"{self.llamacpp_head_dtype!r}")
+        if self.threads is not None and not _positive_int(self.threads):
+            raise ValueError(f"--threads must be an integer >= 1, got {self.threads!r}")
+        if any(m in LLAMACPP_METHODS for m in self.methods):
+            check_llamacpp(self.target)
 
     def _resolve_methods(self) -> list[str]:
         if self.methods is None:
             names = ["vanilla", "hf-generate", "prompt-lookup"] + [
-                m for m in PATH_OPTION if m in self.drafts or m in self.drafter_factories]
+                m for m in DRAFT_KEYS if m in self.drafts or m in self.drafter_factories]
         else:
             names = list(self.methods)
         unknown = [m for m in names if m not in METHODS]
@@ -131,10 +165,28 @@ class EvalPlan:
             raise ValueError(f"--methods: unknown method(s) {unknown}; expected a comma-separated subset of "
                              f"{list(METHODS)}")
         names = ["vanilla"] + [m for m in dict.fromkeys(names) if m != "vanilla"]
+        if any(m in LLAMACPP_METHODS for m in names) and "llamacpp" not in names:
+            names.insert(1, "llamacpp")  # plain llama.cpp: the identity and speedup reference of its methods
         for m in names:
-            if m in PATH_OPTION and m not in self.drafter_factories and m not in self.drafts:
+            head = HEAD_OF.get(m, m)
+            # llama.cpp exports the head checkpoint itself: a Python drafter factory cannot stand in for it.
+            factory = m != "llamacpp-eagle3" and (m in self.drafter_factories or head in self.drafter_factories)
+            if m in PATH_OPTION and not factory and head not in self.drafts:
                 raise ValueError(f"--methods {m} needs {PATH_OPTION[m]} PATH")
         return names
+
+    def axis(self, method: str) -> tuple[int, ...]:
+        """The candidates of a drafting method's tuned integer: draft length gamma for chains, the number of
+        verified tree nodes for trees, n_max for llama.cpp drafts (with 0 = no speculation under --gamma auto)."""
+        if method in TREE_METHODS:
+            return tuple(self.tree_tokens)
+        if method in ("llamacpp-eagle3", "llamacpp-ngram") and self.gamma_mode == "auto":
+            return (0, *self.gammas)
+        return tuple(self.gammas)
+
+    def tree_shape(self, n: int) -> tuple[int, int, int]:
+        """(depth, topk, tokens) of the tree with ``n`` verified draft nodes."""
+        return min(self.tree_depth, n), self.tree_topk, n
 
     @property
     def prompt_set(self) -> str:
@@ -142,8 +194,9 @@ class EvalPlan:
         return self.prompts if self.prompts in ("humaneval", MT_BENCH) else Path(self.prompts).stem
 
     def state_methods(self, batch_size: int) -> tuple[list[str], list[str]]:
-        """(methods run at ``batch_size``, those of them that draft with a gamma); hf-assisted is batch 1 only."""
-        methods = [m for m in self.methods if m != "hf-assisted" or batch_size == 1]
+        """(methods run at ``batch_size``, those of them that draft with a gamma); hf-assisted and the llama.cpp
+        methods are batch 1 only."""
+        methods = [m for m in self.methods if m not in BATCH1_METHODS or batch_size == 1]
         return methods, [m for m in methods if m in GAMMA_METHODS]
 
     def load_prompts(self) -> tuple[list[Prompt], list[Prompt]]:
@@ -165,8 +218,9 @@ class EvalPlan:
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data for the report (the factories are code: only their method names)."""
         out = {k: v for k, v in vars(self).items() if k != "drafter_factories"}
-        out.update(gammas=list(self.gammas), temperatures=list(self.temperatures), batch_sizes=list(self.batch_sizes),
-                   prompt_set=self.prompt_set, drafter_factories=sorted(self.drafter_factories))
+        out.update(gammas=list(self.gammas), tree_tokens=list(self.tree_tokens), temperatures=list(self.temperatures),
+                   batch_sizes=list(self.batch_sizes), prompt_set=self.prompt_set,
+                   drafter_factories=sorted(self.drafter_factories))
         return out
 
 
@@ -224,15 +278,28 @@ def parse_batch_sizes(text: str) -> list[int]:
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``eaglehead eval`` options to ``parser``."""
     a = parser.add_argument
-    a("--target", required=True, help="Hugging Face causal LM directory (with its tokenizer)")
+    a("--target", required=True, help="Hugging Face causal LM directory (with its tokenizer), a hub id, a .gguf "
+      "file or a builtin: name (the llama.cpp methods need a .gguf or builtin:smollm2-135m-instruct)")
     a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format), 'humaneval' or 'mt-bench' (both turns)")
-    a("--draft", help="EAGLE-3 head directory (method eagle3)")
-    a("--eagle1", help="EAGLE-1 head directory (method eagle1)")
+    a("--draft", help="EAGLE-3 head directory (methods eagle3, eagle3-tree, llamacpp-eagle3)")
+    a("--eagle1", help="EAGLE-1 head directory (methods eagle1, eagle1-tree)")
     a("--draft-lm", help="small causal LM sharing the target's vocabulary (methods draft-lm, hf-assisted)")
     a("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}; default: vanilla, "
       "hf-generate, prompt-lookup and every method whose path is given")
     a("--gamma", default=str(DEFAULT_GAMMA),
       help="draft length 1..16, a sweep 'a..b', or 'auto' (1..8 tuned on the tune split)")
+    a("--tree-tokens", default=None, help="tree methods: draft nodes verified per round, the axis tuned like "
+      "gamma: one value with a fixed --gamma (default 8), candidates '2,4,8' or 'a..b' with --gamma auto or a "
+      "sweep (default 2,4,8,12,16)")
+    a("--tree-depth", type=int, default=DEFAULT_TREE_DEPTH,
+      help="tree methods: the depth of a tree of n nodes is min(this, n)")
+    a("--tree-topk", type=int, default=DEFAULT_TREE_TOPK,
+      help="tree methods: children drafted per node (EAGLE-2's topk)")
+    a("--llamacpp-dtype", default="as-is", help="llama.cpp methods: run the target GGUF as-is, or a float32 / "
+      "float16 GGUF written from it (float32 is the torch methods' model exactly)")
+    a("--llamacpp-head-dtype", default="float16", help="llama.cpp methods: dtype of the EAGLE-3 head GGUF "
+      "exported from --draft into --out (float16, float32, bfloat16)")
+    a("--threads", type=int, default=None, help="llama.cpp threads (default: torch.get_num_threads())")
     a("--temperature", type=float, nargs="+", default=[0.0], help="one or more temperatures (0 = greedy)")
     a("--batch-sizes", default="1", help="comma-separated batch sizes, e.g. 1,4,8")
     a("--max-new-tokens", type=int, default=128)
@@ -258,10 +325,14 @@ def plan_from_args(args: argparse.Namespace,
     mode, gammas = parse_gamma(args.gamma)
     methods = None if args.methods is None else [m.strip() for m in str(args.methods).split(",") if m.strip()]
     drafts = {"eagle3": args.draft, "eagle1": args.eagle1, "draft-lm": args.draft_lm}
+    tree_tokens = None if args.tree_tokens is None else tuple(parse_int_list(args.tree_tokens, "--tree-tokens"))
     return EvalPlan(target=args.target, prompts=args.prompts, drafts={m: p for m, p in drafts.items() if p},
                     methods=methods, gamma_mode=mode, gammas=tuple(gammas), temperatures=tuple(args.temperature),
                     batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)), max_new_tokens=args.max_new_tokens,
-                    repeats=args.repeats, report_to=args.report_to, wandb_project=args.wandb_project,
+                    repeats=args.repeats, tree_tokens=tree_tokens, tree_depth=args.tree_depth,
+                    tree_topk=args.tree_topk, llamacpp_dtype=args.llamacpp_dtype,
+                    llamacpp_head_dtype=args.llamacpp_head_dtype, threads=args.threads, report_to=args.report_to,
+                    wandb_project=args.wandb_project,
                     tune_fraction=args.tune_fraction, max_prompts=args.max_prompts, out=str(args.out),
                     overwrite=args.overwrite, resume=args.resume, seed=args.seed, device=args.device, dtype=args.dtype,
                     drafter_factories=dict(drafter_factories or {}))

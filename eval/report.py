@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from .figures import write_figures
+from .report_html import render_html
+from .tables import PREAMBLE, SERVING_STATE_KEYS, TABLE_COLUMNS, fmt, report_tables, selection_text, serving_state
 
-SERVING_STATE_KEYS = ("prompt_set", "split", "category", "turn", "temperature", "batch_size")
 BASELINE_METHOD = "vanilla"
 BASELINE_METHODS = ("vanilla", "hf-generate")  # exact, non-speculative: the candidates for the baseline
 REPORT_KEYS = ("config", "versions", "hardware", "runs")
@@ -43,11 +44,17 @@ METRIC_KEYS = (
     "t_draft_mean_s", "t_verify_mean_s", "t_rest_mean_s", "round_time_total_s", "time_per_token_s",
     "ttft_s", "tpot_s", "latency_s", "itl_p50_s", "itl_p95_s", "itl_p99_s",
     "itl_event_p50_s", "itl_event_p95_s", "itl_event_p99_s", "throughput_tok_s", "output_len_mean",
+    "depth_values", "verified_mean", "tau_drafting", "wall_time_per_token_s", "engine_time_per_token_s",
 )
+# Added with tree and llama.cpp runs: records written before them lack these, and stay readable.
+_LATER_KEYS = ("depth_values", "verified_mean", "tau_drafting", "wall_time_per_token_s", "engine_time_per_token_s",
+               "engine")
 RUN_KEYS = (
-    "method", *SERVING_STATE_KEYS, "gamma", *METRIC_KEYS, "speedup_vs_vanilla", "peak_mem_bytes"
+    "method", *SERVING_STATE_KEYS, "gamma", *(k for k in METRIC_KEYS if k not in _LATER_KEYS), "speedup_vs_vanilla",
+    "peak_mem_bytes"
 )
-_VERSION_PACKAGES = ("torch", "transformers", "accelerate", "eaglehead")
+ENGINE_BASELINE = {"llama.cpp": "llamacpp"}  # an engine's own non-speculative method: speedup_vs_engine
+_VERSION_PACKAGES = ("torch", "transformers", "accelerate", "eaglehead", "xllamacpp")
 
 
 def collect_versions(packages: tuple[str, ...] = _VERSION_PACKAGES) -> dict[str, str | None]:
@@ -74,19 +81,21 @@ def run_record(
     speedup_vs_vanilla: float | None = None,
     peak_mem_bytes: int | None = None,
     turn: int | str = "all",
+    engine: str = "torch",
     **extra: Any,
 ) -> dict[str, Any]:
     """One ``runs`` entry from a ``DecodeMetrics`` (or its dict). ``gamma`` is the configured draft
-    length (0 for vanilla); ``extra`` keys (e.g. ``checkpoint``) are added, never overwriting."""
+    length (0 for vanilla; trees: verified nodes); ``engine`` is what decoded (``torch``, ``llama.cpp``);
+    ``extra`` keys (e.g. ``checkpoint``) are added, never overwriting."""
     m = metrics.to_dict() if hasattr(metrics, "to_dict") else dict(metrics)
-    missing = [k for k in METRIC_KEYS if k not in m]
+    missing = [k for k in METRIC_KEYS if k not in m and k not in _LATER_KEYS]
     if missing:
         raise ValueError(f"metrics lack {missing}; expected a DecodeMetrics or its to_dict()")
     rec: dict[str, Any] = {
-        "method": method, "prompt_set": prompt_set, "split": split, "category": category, "turn": turn,
-        "temperature": temperature, "batch_size": batch_size, "gamma": gamma,
+        "method": method, "engine": engine, "prompt_set": prompt_set, "split": split, "category": category,
+        "turn": turn, "temperature": temperature, "batch_size": batch_size, "gamma": gamma,
     }
-    rec.update({k: m[k] for k in METRIC_KEYS})
+    rec.update({k: m.get(k) for k in METRIC_KEYS})
     rec["speedup_vs_vanilla"] = speedup_vs_vanilla
     rec["peak_mem_bytes"] = peak_mem_bytes
     clash = sorted(set(extra) & set(rec))
@@ -94,11 +103,6 @@ def run_record(
         raise ValueError(f"extra keys {clash} would overwrite run fields")
     rec.update(extra)
     return rec
-
-
-def serving_state(run: dict[str, Any]) -> tuple:
-    """The serving-state key of a run record."""
-    return tuple(run.get(k) for k in SERVING_STATE_KEYS)
 
 
 def fill_speedups(runs: list[dict[str, Any]], baseline_method: str = BASELINE_METHOD) -> None:
@@ -131,6 +135,23 @@ def fill_speedups(runs: list[dict[str, Any]], baseline_method: str = BASELINE_ME
         r["speedup_repeats"] = paired
         r["speedup_min"] = min(paired) if paired else None
         r["speedup_max"] = max(paired) if paired else None
+    _fill_engine_speedups(runs)
+
+
+def _engine_baselines(runs: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """``{(engine, serving state): the engine's own non-speculative run}`` (``ENGINE_BASELINE``)."""
+    return {(r.get("engine"), serving_state(r)): r for r in runs
+            if ENGINE_BASELINE.get(r.get("engine")) == r["method"] and r.get("time_per_token_s")}
+
+
+def _fill_engine_speedups(runs: list[dict[str, Any]]) -> None:
+    """``speedup_vs_engine`` of runs on another engine (llama.cpp): its plain method's time/token over the
+    run's, a speedup within one engine (the columns above compare with our torch baselines)."""
+    base = _engine_baselines(runs)
+    for r in runs:
+        if r.get("engine") in ENGINE_BASELINE:
+            b, t = base.get((r["engine"], serving_state(r))), r.get("time_per_token_s")
+            r["speedup_vs_engine"] = b["time_per_token_s"] / t if b and t else None
 
 
 def _paired_ratios(base: dict[str, Any], run: dict[str, Any]) -> list[float] | None:
@@ -160,7 +181,8 @@ def _close(a: Any, b: Any, rel_tol: float) -> bool:
 
 
 def _single_positive_gamma(run: dict[str, Any]) -> int | None:
-    gv = run.get("gamma_values")
+    """The one drafted depth of a run (its survival positions: gamma for a chain, the tree depth for a tree)."""
+    gv = run.get("depth_values", run.get("gamma_values"))
     positive = [g for g in (gv if gv is not None else [run.get("gamma")]) if g]
     return positive[0] if len(positive) == 1 else None
 
@@ -180,6 +202,10 @@ def _check_acceptance(name: str, r: dict[str, Any], rel_tol: float) -> list[str]
     first = cond[0] if cond else None
     if surv and surv[0] is not None and not _close(surv[0], first, rel_tol):
         out.append(f"{name}: Pr(A>=1) {surv[0]} != first-position acceptance {first}")
+    verified, acc_mean = r.get("verified_mean"), r["accepted_mean"]
+    if verified and acc_mean is not None and not _close(r["acceptance_rate"], acc_mean / verified, rel_tol):
+        out.append(f"{name}: acceptance_rate {r['acceptance_rate']} != accepted_mean / verified_mean "
+                   f"{acc_mean / verified}")
     g = _single_positive_gamma(r)
     if g is None or not known:
         return out
@@ -191,12 +217,14 @@ def _check_acceptance(name: str, r: dict[str, Any], rel_tol: float) -> list[str]
         if s is not None and not _close(s, prod, rel_tol):
             out.append(f"{name}: survival[{k}] {s} != product of conditionals {prod}")
             break
-    if len(known) == g and not _close(r["acceptance_rate"], sum(known) / g, rel_tol):
+    chain = r.get("verified_mean") is None or r.get("depth_values") == r.get("gamma_values")
+    if chain and len(known) == g and not _close(r["acceptance_rate"], sum(known) / g, rel_tol):
         out.append(
             f"{name}: acceptance_rate {r['acceptance_rate']} != "
             f"sum(survival)/gamma {sum(known) / g}"
         )
-    if r["gamma_values"] == [g] and tau is not None and not _close(tau, 1 + sum(known), rel_tol):
+    depths = r.get("depth_values", r["gamma_values"])
+    if depths == [g] and tau is not None and not _close(tau, 1 + sum(known), rel_tol):
         out.append(f"{name}: tau {tau} != 1 + sum(survival) {1 + sum(known)} (tail-sum identity)")
     return out
 
@@ -221,9 +249,11 @@ def check_report_consistency(report: dict[str, Any], rel_tol: float = 1e-6) -> l
     Per run: tau = 1 + accepted_mean; tau = tau_committed when nothing was truncated; Pr(A>=1) =
     first-position acceptance (conditional[0]); survival in [0, 1]; with a single positive gamma
     also survival non-increasing, survival = running product of the conditionals, acceptance_rate
-    = sum(survival) / gamma and, when no gamma-0 step is mixed in, tau = 1 + sum(survival) (tail
-    sum); time_per_token_s = round_time_total_s / committed_tokens. Per serving state: at most one
-    vanilla run, and every given speedup = vanilla time/token / the run's time/token."""
+    = sum(survival) / gamma (chains) and, when no depth-0 step is mixed in, tau = 1 + sum(survival) (tail
+    sum; survival positions are depths, so this holds for trees too); acceptance_rate = accepted_mean /
+    verified_mean; time_per_token_s = round_time_total_s / committed_tokens. Per serving state: at most one
+    vanilla run, every given speedup = vanilla time/token / the run's time/token, and speedup_vs_engine =
+    the engine's plain run's time/token / the run's."""
     if not isinstance(report, dict):
         return ["report is not a dict"]
     out = [f"report: missing key {k!r}" for k in REPORT_KEYS if k not in report]
@@ -248,6 +278,12 @@ def check_report_consistency(report: dict[str, Any], rel_tol: float = 1e-6) -> l
         if not (tb and tm and _close(sp, tb / tm, rel_tol)):
             out.append(f"{name}: speedup {sp} != {BASELINE_METHOD} time/token {tb} / {tm}")
     out.extend(_check_spread(runs, rel_tol))
+    base = _engine_baselines(runs)
+    for i, r in enumerate(runs):
+        sp, b = r.get("speedup_vs_engine"), base.get((r.get("engine"), serving_state(r)))
+        if sp is not None and not (b and _close(sp, b["time_per_token_s"] / r["time_per_token_s"], rel_tol)):
+            out.append(f"runs[{i}] ({r.get('method')}): speedup_vs_engine {sp} != its engine's plain "
+                       f"time/token / the run's")
     return out
 
 
@@ -311,105 +347,6 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _fmt(x: Any, scale: float | None, digits: int) -> str:
-    """``scale is None``: the value as text; otherwise ``x * scale`` with ``digits`` decimals."""
-    if x is None:
-        return "-"
-    return str(x) if scale is None else f"{x * scale:.{digits}f}"
-
-
-# (header, cell function): the columns of every serving state's table.
-def _ms_spread(r: dict[str, Any]) -> str:
-    t = _fmt(r.get("time_per_token_s"), 1e3, 3)
-    lo, hi = r.get("time_per_token_min_s"), r.get("time_per_token_max_s")
-    return t if lo is None or hi is None or (r.get("repeats") or 1) < 2 else f"{t} ({lo * 1e3:.3f}-{hi * 1e3:.3f})"
-
-
-def _speedup_spread(r: dict[str, Any]) -> str:
-    sp = _fmt(r.get("speedup"), 1.0, 2)
-    lo, hi = r.get("speedup_min"), r.get("speedup_max")
-    return sp if lo is None or hi is None or len(r.get("speedup_repeats") or []) < 2 else f"{sp} ({lo:.2f}-{hi:.2f})"
-
-
-def _col(key: Any, scale: float | None, digits: int):
-    if isinstance(key, tuple):
-        return lambda r: "/".join(_fmt(r.get(k), scale, digits) for k in key)
-    return lambda r: _fmt(r.get(key), scale, digits)
-
-
-TABLE_COLUMNS = [
-    ("method", _col("method", None, 0)),
-    ("gamma", _col("gamma", None, 0)),
-    ("tau", _col("tau", 1.0, 3)),
-    ("accept rate", _col("acceptance_rate", 1.0, 3)),
-    ("T_d ms", _col("t_draft_mean_s", 1e3, 2)),
-    ("T_v ms", _col("t_verify_mean_s", 1e3, 2)),
-    ("T_b ms", _col("t_rest_mean_s", 1e3, 2)),
-    ("ms/token (min-max)", _ms_spread),
-    ("speedup (min-max)", _speedup_spread),
-    ("vs vanilla", _col("speedup_vs_vanilla", 1.0, 2)),
-    ("TTFT ms", _col("ttft_s", 1e3, 1)),
-    ("TPOT ms", _col("tpot_s", 1e3, 2)),
-    ("ITL p50/p95/p99 ms", _col(("itl_p50_s", "itl_p95_s", "itl_p99_s"), 1e3, 2)),
-    ("tok/s", _col("throughput_tok_s", 1.0, 1)),
-    ("peak MiB", _col("peak_mem_bytes", 2.0**-20, 0)),
-    ("out len", _col("output_len_mean", 1.0, 1)),
-]
-PREAMBLE = (
-    "tau = committed tokens per target round including the correction/bonus token; ms/token = "
-    "total round time / total committed tokens (not a mean of ratios), the median over interleaved "
-    "repeats with their min-max; speedup = ms/token of the state's fastest exact non-speculative "
-    "baseline (vanilla or hf-generate, named per table) / the method's, with the min-max of the "
-    "per-repeat paired ratios; vs vanilla = against our own vanilla loop; ITL = per-token gaps "
-    "(tokens delivered together count 0)."
-)
-
-
-def report_tables(runs: list[dict[str, Any]]) -> list[tuple[str, str | None, list[dict[str, Any]]]]:
-    """``[(title, baseline method, runs)]`` per serving state, in order. A state's per-category
-    tables are left out when the state has a single category (they would repeat ``category=all``)."""
-    states: dict[tuple, list[dict[str, Any]]] = {}
-    for r in runs:
-        states.setdefault(serving_state(r), []).append(r)
-    cats: dict[tuple, set] = {}
-    for state in states:
-        no_cat = tuple(v for k, v in zip(SERVING_STATE_KEYS, state) if k != "category")
-        cats.setdefault(no_cat, set()).add(state[SERVING_STATE_KEYS.index("category")])
-    out = []
-    for state, rows in states.items():
-        no_cat = tuple(v for k, v in zip(SERVING_STATE_KEYS, state) if k != "category")
-        category = state[SERVING_STATE_KEYS.index("category")]
-        if category != "all" and cats[no_cat] == {"all", category}:
-            continue  # one category: its table is the "all" table again
-        title = ", ".join(f"{k}={v}" for k, v in zip(SERVING_STATE_KEYS, state))
-        base = next((r.get("baseline_method") for r in rows if r.get("baseline_method")), None)
-        out.append((title, base, rows))
-    return out
-
-
-def compact_table(report: dict[str, Any]) -> str:
-    """A few lines for a terminal: the test split (category all) per serving state, each method at its
-    fastest gamma: tau, ms/token with its min-max, speedup against the fastest baseline."""
-    from .figures import headline_runs, method_label, state_label
-
-    lines = []
-    for key, rows in headline_runs(report["runs"]).items():
-        base = next((r.get("baseline_method") for r in rows if r.get("baseline_method")), None)
-        lines.append(f"{state_label(key)} (test split; speedup vs the fastest baseline, {base})")
-        lines.append(f"  {'method':<20}{'tau':>6}  {'ms/token (min-max)':<26}{'speedup (min-max)':<20}{'vs vanilla':>10}")
-        for r in sorted(rows, key=lambda r: r.get("time_per_token_s") or math.inf):
-            tau = _fmt(r.get("tau"), 1.0, 2) if r.get("gamma") else "1"
-            lines.append(f"  {method_label(r):<20}{tau:>6}  {_ms_spread(r):<26}{_speedup_spread(r):<20}"
-                         f"{_fmt(r.get('speedup_vs_vanilla'), 1.0, 2):>10}")
-    return "\n".join(lines)
-
-
-def selection_text(s: dict[str, Any]) -> str:
-    """One line on a gamma choice: its state and its note (which names the gamma)."""
-    head = f"{s.get('method')}, T={s.get('temperature')}, batch {s.get('batch_size')}: "
-    return head + (s["note"] if s.get("note") else f"gamma {s.get('chosen')}. {s.get('stop_reason')}")
-
-
 def _selection_lines(report: dict[str, Any]) -> list[str]:
     out = []
     for s in report.get("gamma_selection") or []:
@@ -430,7 +367,7 @@ def _markdown(report: dict[str, Any], violations: list[str], figures: list[str])
         if curves:
             lines += ["", "Survival Pr(A >= i) for i = 1, 2, ...:", ""]
             for r in curves:
-                vals = ", ".join(_fmt(s, 1.0, 3) for s in r["survival"])
+                vals = ", ".join(fmt(s, 1.0, 3) for s in r["survival"])
                 lines.append(f"- {r['method']} (gamma {r.get('gamma')}): {vals}")
         lines.append("")
     if report.get("gamma_selection"):
@@ -468,8 +405,6 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]
     files["report.json"].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     files.update(write_figures(data, out))
     files["report.md"].write_text(_markdown(data, violations, [n for n in files if n.endswith(".png")]))
-    from .report_html import render_html  # it formats with this module's tables
-
     files["report.html"] = out / "report.html"
     files["report.html"].write_text(render_html(data, files))
     return files

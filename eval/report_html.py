@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from .report import PREAMBLE, TABLE_COLUMNS, compact_table, report_tables, selection_text
+from .tables import PREAMBLE, TABLE_COLUMNS, compact_table, report_tables, selection_text
 
 FIGURE_ORDER = ("headline.png", "survival.png", "round_time.png", "gamma_sweep.png", "itl_cdf.png")
 _STYLE = """

@@ -15,16 +15,16 @@ from __future__ import annotations
 import resource
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from eaglehead.builtin.text import left_pad
-from eaglehead.decode import GenerationResult, SamplingConfig, speculative_generate, vanilla_generate
+from eaglehead.decode import GenerationResult, SamplingConfig, speculative_generate, tree_generate, vanilla_generate
 
 from .hf_baselines import hf_generate
-from .plan import EvalPlan
+from .plan import LLAMACPP_METHODS, TREE_METHODS, EvalPlan
 from .prompts import Prompt
 
 WARMUP_TOKENS = 8
@@ -44,6 +44,8 @@ class Models:
     device: torch.device
     max_new: int
     seed: int
+    tree_shape: Callable[[int], tuple[int, int, int]] | None = None  # n -> (depth, topk, tokens): EvalPlan.tree_shape
+    llamacpp: Any = None  # llamacpp_engine.LlamaCppEngines when a llama.cpp method runs
 
 
 @dataclass
@@ -71,7 +73,10 @@ def make_batches(items: list[Item], batch_size: int) -> list[list[Item]]:
 
 def run_call(m: Models, method: str, gamma: int | None, ids, mask, sampling: SamplingConfig, max_new: int,
              seed: int) -> GenerationResult:
-    """One generate call of ``method`` on a left-padded batch."""
+    """One generate call of ``method`` on a left-padded batch (``gamma``: the draft length; for a tree method
+    the number of verified nodes; for a llama.cpp method n_max, 0 = no speculation)."""
+    if method in LLAMACPP_METHODS:
+        return m.llamacpp.generate(method, gamma, ids, mask, sampling, max_new=max_new, seed=seed)
     if method in ("hf-generate", "hf-assisted"):
         return hf_generate(m.target, m.draft_lm, ids, mask, sampling, gamma=gamma, max_new=max_new, seed=seed,
                            eos=m.eos, pad_id=m.pad_id, device=m.device)
@@ -80,6 +85,9 @@ def run_call(m: Models, method: str, gamma: int | None, ids, mask, sampling: Sam
                   attention_mask=mask, generator=gen)
     if method == "vanilla":
         return vanilla_generate(m.target, ids, **common)
+    if method in TREE_METHODS:
+        depth, topk, tokens = m.tree_shape(gamma)
+        return tree_generate(m.target, m.drafters[method], ids, depth=depth, topk=topk, tokens=tokens, **common)
     return speculative_generate(m.target, m.drafters[method], ids, gamma=gamma, **common)
 
 
@@ -160,8 +168,8 @@ def count_calls(plan: EvalPlan, tune: list[Item], test: list[Item]) -> int:
     for bsz in plan.batch_sizes:
         methods, spec = plan.state_methods(bsz)
         auto = plan.gamma_mode == "auto"
-        tune_keys = len(spec) * len(plan.gammas) if auto and spec else 0
-        test_keys = len(methods) - len(spec) + len(spec) * (1 if auto else len(plan.gammas))
+        tune_keys = sum(len(plan.axis(m)) for m in spec) if auto else 0
+        test_keys = len(methods) - len(spec) + sum(1 if auto else len(plan.axis(m)) for m in spec)
         if tune_keys:
             total += tune_keys * (1 + plan.repeats * len(make_batches(tune, bsz)))
         total += test_keys * (1 + plan.repeats * len(make_batches(test, bsz)))

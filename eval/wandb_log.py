@@ -30,7 +30,8 @@ def log_report(report: dict[str, Any], files: dict[str, Path], *, project: str, 
                      name=f"eval-{(report.get('config') or {}).get('prompt_set', 'report')}")
     try:
         runs = report["runs"]
-        cols = [k for k in runs[0] if all(_scalar(r.get(k)) for r in runs)] if runs else []
+        keys = dict.fromkeys(k for r in runs for k in r)  # tree and engine runs carry keys others lack
+        cols = [k for k in keys if all(_scalar(r.get(k)) for r in runs)]
         payload = {"runs": wandb.Table(columns=cols, data=[[r.get(k) for k in cols] for r in runs])}
         summary_cols = ["state", "method", "tau", "ms_per_token", "ms_min", "ms_max", "baseline", "speedup",
                         "speedup_min", "speedup_max", "speedup_vs_vanilla"]

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eaglehead.train.config import load_config
+from eaglehead.builtin.typed_config import load_config
 from eaglehead.train.recipe import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DATA = sorted(CONFIGS.glob("*-data*.yaml"))  # chat data the target writes (eaglehead.datagen)
-DRAFT_LM = sorted(CONFIGS.glob("*-draft-lm.yaml"))  # small draft LMs with a target's tokenizer (eaglehead.draft_lm)
+DRAFT_LM = sorted(CONFIGS.glob("*-draft-lm.yaml"))  # small draft LMs with a target's tokenizer (eaglehead.pretrain.draft_lm)
 TRAIN = sorted(set(CONFIGS.glob("*.yaml")) - set(DATA) - set(DRAFT_LM))
 ACCEL = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
@@ -33,7 +33,7 @@ def test_training_config_loads_and_documents_its_launch_command(path):
 
 @pytest.mark.parametrize("path", DATA, ids=lambda p: p.name)
 def test_chat_data_config_loads_and_documents_its_command(path):
-    from eaglehead.datagen import ChatDataConfig
+    from eaglehead.datagen.config import ChatDataConfig
 
     cfg = load_config(ChatDataConfig, path)
     s = cfg.synthesis
@@ -49,23 +49,23 @@ def test_the_smollm2_data_configs_still_resolve_to_the_shipped_datas_config(kind
     equals the ``data_config.json`` shipped with the data."""
     import json
 
-    from eaglehead.datagen import ChatDataConfig, _shard_defining
-    from eaglehead.demo_smollm2 import ASSETS, DATA_CONFIGS
+    from eaglehead.datagen.config import ChatDataConfig, shard_defining
+    from eaglehead.demos.smollm2 import ASSETS, DATA_CONFIGS
 
     shipped = CONFIGS.parent / "builtin" / "assets" / ASSETS[kind] / "data_config.json"
     cfg = load_config(ChatDataConfig, DATA_CONFIGS[kind])
-    assert json.dumps(_shard_defining(cfg), indent=2, sort_keys=True) == shipped.read_text()
+    assert json.dumps(shard_defining(cfg), indent=2, sort_keys=True) == shipped.read_text()
     cfg.sampler = "inverse-cdf"  # the default draws another stream: it must not pass for the shipped data's config
-    assert json.dumps(_shard_defining(cfg), indent=2, sort_keys=True) != shipped.read_text()
+    assert json.dumps(shard_defining(cfg), indent=2, sort_keys=True) != shipped.read_text()
 
 
 @pytest.mark.parametrize("path", DRAFT_LM, ids=lambda p: p.name)
 def test_draft_lm_config_loads_and_documents_its_command(path):
-    from eaglehead.draft_lm import DraftLMConfig
+    from eaglehead.pretrain.draft_lm import DraftLMConfig
 
     cfg = load_config(DraftLMConfig, path)
     assert cfg.steps >= 1 and cfg.target and cfg.data
-    assert any(line.startswith("#") and f"python -m eaglehead.draft_lm --config configs/{path.name}" in line
+    assert any(line.startswith("#") and f"python -m eaglehead.pretrain.draft_lm --config configs/{path.name}" in line
                for line in path.read_text().splitlines())
 
 

@@ -12,13 +12,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "cli", "builtin", "configs", "draftheads", "train", "decode", "eval")
+# The package folders are read from pyproject's package-dir mapping, so a new package is never left out.
+SOURCES = ("pyproject.toml", "README.md",
+           *tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def test_wheel_holds_the_configs_and_shipped_models(wheel):
                  "eaglehead/builtin/assets/demo_target/model.safetensors",
                  "eaglehead/builtin/assets/demo_target/recipe.json",
                  "eaglehead/builtin/assets/draft_lm/model.safetensors",
-                 "eaglehead/demo.py", "eaglehead/builtin/models.py", "eaglehead/eval/plan.py"):
+                 "eaglehead/demos/stdlib.py", "eaglehead/builtin/models.py", "eaglehead/eval/plan.py"):
         assert name in names, name
 
 
@@ -54,8 +57,8 @@ def test_tiny_demo_runs_from_the_installed_wheel(wheel, tmp_path):
     # overhead, and two threads only contend with each other and anything else on a 2-core machine.
     env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    where = subprocess.run([sys.executable, "-c", "import eaglehead.demo, eaglehead.builtin.shipped as s; "
-                            "print(eaglehead.demo.__file__); print(eaglehead.demo.CONFIGS); print(s.ASSETS_DIR)"],
+    where = subprocess.run([sys.executable, "-c", "import eaglehead.demos.common as d, eaglehead.builtin.shipped as s; "
+                            "print(d.__file__); print(d.CONFIGS); print(s.ASSETS_DIR)"],
                            cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.split()
     assert all(Path(p).resolve().is_relative_to(site.resolve()) for p in where), where
     run = subprocess.run([sys.executable, "-m", "eaglehead", "demo", "--size", "tiny", "--out", str(tmp_path / "demo")],

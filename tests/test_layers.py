@@ -1,9 +1,10 @@
 """Dependencies point one way: every module's imports, parsed with ``ast``, respect the layers.
 
-``builtin`` is the bottom (built-in models, corpora, the shared loaders) and imports nothing else of
-eaglehead; ``draftheads`` may use ``builtin``; ``decode`` and ``train`` may use ``draftheads`` and
-``builtin``; ``eval`` may use ``decode``, ``draftheads`` and ``builtin``; the top package (``cli/``:
-the command line, the demo and its recipes) may import anything, and nothing imports it.
+The rule table is :data:`LAYERS` below (the README's architecture section shows the same table): each
+package and the eaglehead packages it may import. ``builtin`` is the bottom; the library (``draftheads``,
+``decode``, ``train``, ``eval``) sits on it; ``datagen``, ``pretrain``, ``diagnostics`` and ``demos`` are
+applications of the library; the top package (``cli/``: the command line only) may import anything, and
+nothing imports it.
 """
 
 import ast
@@ -20,9 +21,15 @@ LAYERS = {
     "decode": ("decode", {"draftheads", "builtin"}),
     "train": ("train", {"draftheads", "builtin"}),
     "eval": ("eval", {"decode", "draftheads", "builtin"}),
-    "": ("cli", {"builtin", "draftheads", "decode", "train", "eval", "configs"}),
+    "datagen": ("datagen", {"decode", "builtin"}),
+    "pretrain": ("pretrain", {"train", "builtin"}),
+    "diagnostics": ("diagnostics", {"eval", "decode", "train", "draftheads", "builtin"}),
+    "demos": ("demos", {"diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads", "builtin",
+                        "configs"}),
+    "": ("cli", {"demos", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads", "builtin",
+                 "configs"}),
 }
-SUBPACKAGES = {"builtin", "draftheads", "decode", "train", "eval", "configs"}
+SUBPACKAGES = {name for name in LAYERS if name} | {"configs"}
 
 
 def _module_name(package: str, path: Path, directory: Path) -> list[str]:
@@ -92,7 +99,10 @@ FORBIDDEN = {
     "from eaglehead.train.rollout import rollout": ("eval", "train"),
     "from ..train import rollout": ("eval", "train"),
     "from eaglehead import demo_target": ("train", "the top package"),
-    "import eaglehead.demo_target": ("builtin", "the top package"),
+    "import eaglehead.cli": ("builtin", "the top package"),
+    "from eaglehead.demos.stdlib import run_demo": ("datagen", "demos"),
+    "from eaglehead.eval.prompts import load_prompt_set": ("datagen", "eval"),
+    "from eaglehead.decode import SamplingConfig": ("pretrain", "decode"),
     "from eaglehead.decode import speculative_generate": ("train", "decode"),
     "from eaglehead.draftheads import Eagle3Head": ("builtin", "draftheads"),
 }
@@ -106,3 +116,49 @@ def test_the_checker_catches_edges_against_the_rule(tmp_path, monkeypatch, sourc
     (fake / "offender.py").write_text(source + "\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert any(f"{package} may not import {layer}" in v for v in violations())
+
+
+# Short enough to read: limits every package module keeps (tests are not held to them).
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 500
+
+
+def _package_modules(root: Path) -> list[tuple[str, Path]]:
+    return [(package, path) for package, (dirname, _) in LAYERS.items()
+            for path in sorted((root / dirname).rglob("*.py")) if "assets" not in path.parts]
+
+
+def shape_violations(root: Path) -> list[str]:
+    """Functions over MAX_FUNCTION_LINES lines (docstring included), modules over MAX_MODULE_LINES, and
+    imports of another module's ``_private`` names."""
+    bad = []
+    for package, path in _package_modules(root):
+        text = path.read_text()
+        where = path.relative_to(root)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            bad.append(f"{where}: {len(text.splitlines())} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    bad.append(f"{where}:{node.lineno}: {node.name} is {length} lines (at most {MAX_FUNCTION_LINES})")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1:] != ["__future__"]:
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private:
+                    bad.append(f"{where}:{node.lineno}: imports private names {private} from another module")
+    return bad
+
+
+def test_functions_and_modules_are_short_and_privates_stay_private():
+    assert shape_violations(ROOT) == []
+
+
+def test_the_shape_checker_catches_a_long_function_a_long_module_and_a_private_import(tmp_path):
+    fake = tmp_path / LAYERS["eval"][0]
+    fake.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (fake / "long.py").write_text(f"def f():\n{body}\n")
+    (fake / "big.py").write_text("\n".join(f"y{i} = {i}" for i in range(MAX_MODULE_LINES + 1)) + "\n")
+    (fake / "peek.py").write_text("from .report import _fmt\n")
+    found = "\n".join(shape_violations(tmp_path))
+    assert "f is 81 lines" in found and "big.py: 501 lines" in found and "private names ['_fmt']" in found

@@ -6,7 +6,7 @@ depths below ``i``, which are exactly the drafts a greedy round has accepted so 
 rate is the conditional acceptance rate ``alpha_i`` (averaged over positions rather than over round
 starts), and ``1 + sum_k prod_{i<=k} alpha_i`` predicts greedy tau at each gamma without timing noise.
 The command that produces the continuations and sets this next to measured acceptance is
-``python -m eaglehead.head_accuracy``.
+``python -m eaglehead.diagnostics.head_accuracy``.
 """
 
 from __future__ import annotations

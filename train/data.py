@@ -44,6 +44,8 @@ from datasets import (
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
+from eaglehead.builtin.text import left_pad
+
 from .config import DataConfig
 
 NORMALISED_FEATURES = Features(
@@ -354,12 +356,6 @@ def regenerate(
 
 @torch.no_grad()
 def _generate_left_padded(model, prompts: list[list[int]], gen_cfg, pad: int, device) -> list[list[int]]:
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros(len(prompts), width, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        input_ids[b, width - len(p):] = torch.as_tensor(p)
-        attention_mask[b, width - len(p):] = 1
-    out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                         generation_config=gen_cfg)
-    return out[:, width:].tolist()  # [B, new]: only the generated tokens
+    input_ids, attention_mask = left_pad(prompts, pad, device)
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_cfg)
+    return out[:, input_ids.shape[1]:].tolist()  # [B, new]: only the generated tokens

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import torch
 
+from eaglehead.builtin.models import output_vocab_size
+from eaglehead.builtin.typed_config import save_config
 from eaglehead.draftheads.taps import default_layer_ids, num_decoder_layers
 from eaglehead.draftheads.vocab import build_draft_vocab, coverage
 
-from .config import save_config
 from .data import build_dataset, count_tokens
 from .features import cache_features
-from .recipe import TrainConfig, data_config, draft_vocab_size, load_target, save_token_counts
+from .recipe import TrainConfig, data_config, head_vocab_size, load_recipe_target, save_token_counts
 
 
 def coverage_by_size(train_counts: torch.Tensor, heldout_counts: torch.Tensor,
@@ -38,15 +39,15 @@ def coverage_by_size(train_counts: torch.Tensor, heldout_counts: torch.Tensor,
 def prepare(cfg: TrainConfig, cache_dir: str | None = None, device: str | None = None) -> dict:
     """Returns a summary: sequences, loss tokens, draft-vocabulary coverage, feature cache path."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    target, tok = load_target(cfg.model, dev)
+    target, tok = load_recipe_target(cfg.model, dev)
     splits = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)
     ds = splits["train"]
-    vocab = target.get_output_embeddings().weight.shape[0]
+    vocab = output_vocab_size(target)
     counts = count_tokens(ds, vocab)
     out_dir = Path(cfg.output_dir)
     save_token_counts(out_dir, counts)
     save_config(cfg, out_dir / "prepare_config.yaml")
-    size = draft_vocab_size(cfg.head, vocab)
+    size = head_vocab_size(cfg.head, vocab)
     _, t2d = build_draft_vocab(counts, size)
     cov = coverage(counts, t2d)
     summary = {"sequences": len(ds), "loss_tokens": int(counts.sum()), "draft_vocab_size": size,

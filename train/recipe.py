@@ -25,16 +25,18 @@ from typing import Literal
 import torch
 from torch import nn
 
+from eaglehead.builtin import models
+from eaglehead.builtin.devices import native_bf16
 from eaglehead.builtin.corpus import resolve_sources
 from eaglehead.builtin.devices import resolve_dtype
-from eaglehead.builtin import models
+from eaglehead.builtin.typed_config import dump_config, save_config
 from eaglehead.draftheads import checkpoint as ckpt_io
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle1 import Eagle1Head
 from eaglehead.draftheads.eagle3 import Eagle3Head
-from eaglehead.draftheads.vocab import build_draft_vocab, coverage
+from eaglehead.draftheads.vocab import DEFAULT_DRAFT_VOCAB_SIZE, build_draft_vocab, coverage, resolve_draft_vocab_size
 
-from .config import DataConfig, FeatureCacheConfig, dump_config, save_config
+from .config import DataConfig, FeatureCacheConfig
 from .rollout import RolloutOutput, count_loss_tokens, rollout
 
 
@@ -49,7 +51,7 @@ class ModelConfig:
 class HeadConfig:
     type: Literal["eagle3", "eagle1"] = "eagle3"
     fused_layer_ids: list[int] | None = None  # default [2, L//2, L-3] (eagle1: [L])
-    draft_vocab_size: int = 32000  # capped at the target vocabulary
+    draft_vocab_size: int = DEFAULT_DRAFT_VOCAB_SIZE  # capped at the target vocabulary
     # eagle1: "full" (EAGLE-1 as published: the whole target vocabulary) or "draft" (draft_vocab_size, as
     # EAGLE-3: an ablation of layer fusion alone; at vocab 49152 the full output layer is 5x a reduced one)
     eagle1_vocab: Literal["full", "draft"] = "full"
@@ -100,6 +102,13 @@ class OptimConfig:
     # micro-batches, and the micro-batches are shuffled again, so a micro-batch holds sequences of
     # similar length (less padding; chat data varies 10x in length). 0: plain shuffled order.
     length_grouping: int = 0
+    # bfloat16 autocast of the head's forward and loss (weights, gradients and optimizer state stay float32):
+    # "auto" = on CUDA or a CPU with native bf16 (avx512_bf16 / amx_bf16), "none" = float32 throughout.
+    autocast: Literal["none", "bfloat16", "auto"] = "none"
+
+    def uses_autocast(self, device: torch.device) -> bool:
+        """Whether this run's forward is autocast to bfloat16 on ``device``."""
+        return self.autocast == "bfloat16" or (self.autocast == "auto" and native_bf16(device))
 
     def __post_init__(self):
         for name in ("max_steps", "micro_batch_size", "grad_accum"):
@@ -167,12 +176,12 @@ class RolloutModule(nn.Module):
                        deep_stride=self.deep_stride)
 
 
-def draft_vocab_size(head: HeadConfig, target_vocab: int) -> int:
-    """The head's output vocabulary: ``draft_vocab_size`` capped at the target's; an eagle1 head's is the
+def head_vocab_size(head: HeadConfig, target_vocab: int) -> int:
+    """The head's output vocabulary: ``head.draft_vocab_size`` capped at the target's; an eagle1 head's is the
     full vocabulary unless ``eagle1_vocab: draft``."""
     if head.type == "eagle1" and head.eagle1_vocab == "full":
         return target_vocab
-    return min(head.draft_vocab_size, target_vocab)
+    return resolve_draft_vocab_size(head.draft_vocab_size, target_vocab)
 
 
 def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> Eagle3Head:
@@ -185,8 +194,8 @@ def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> E
     if cfg.head.intermediate_size is not None:
         overrides["intermediate_size"] = cfg.head.intermediate_size
     overrides["target_name_or_path"] = models.hub_name(cfg.model.target)
-    vocab = target.get_output_embeddings().weight.shape[0]
-    size = draft_vocab_size(cfg.head, vocab)
+    vocab = models.output_vocab_size(target)
+    size = head_vocab_size(cfg.head, vocab)
     if cfg.head.type == "eagle1":
         head = Eagle1Head(Eagle1Head.config_from_target(target.config, draft_vocab_size=size, **overrides))
     else:
@@ -318,7 +327,7 @@ class CheckpointStore:
         return final
 
 
-def load_target(cfg: ModelConfig, device: torch.device):
+def load_recipe_target(cfg: ModelConfig, device: torch.device):
     """The frozen target and its tokenizer (a hub id, a local path or a built-in name)."""
     target, tok = models.load_target(cfg.target, dtype=resolve_dtype(cfg.dtype, device.type), device=device,
                                       option="model.target", trust_remote_code=cfg.trust_remote_code)
@@ -371,6 +380,6 @@ def describe_vocab(head: Eagle3Head, counts: torch.Tensor | None) -> str:
 
 __all__ = [
     "TrainConfig", "ModelConfig", "HeadConfig", "RolloutConfig", "OptimConfig", "RolloutModule", "CheckpointStore",
-    "build_head", "init_output_from_target", "cosine_with_warmup", "load_target", "save_token_counts",
+    "build_head", "init_output_from_target", "cosine_with_warmup", "load_recipe_target", "save_token_counts",
     "load_token_counts", "describe_vocab", "dump_config", "count_loss_tokens",
 ]

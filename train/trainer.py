@@ -17,13 +17,24 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from eaglehead.builtin.models import output_vocab_size
+from eaglehead.builtin.typed_config import save_config
 from eaglehead.draftheads import checkpoint as ckpt_io
 
-from .config import save_config
 from .data import build_dataset, collate_tokens, count_tokens
 from .features import FeatureDataset, OnlineFeatures, collate_features
-from .recipe import (CheckpointStore, RolloutModule, TrainConfig, build_head, cosine_with_warmup, data_config,
-                     describe_vocab, load_target, load_token_counts, recipe_token_counts)
+from .recipe import (
+    CheckpointStore,
+    RolloutModule,
+    TrainConfig,
+    build_head,
+    cosine_with_warmup,
+    data_config,
+    describe_vocab,
+    load_recipe_target,
+    load_token_counts,
+    recipe_token_counts,
+)
 from .rollout import count_loss_tokens, deep_rows
 
 
@@ -134,7 +145,7 @@ def _data(cfg: TrainConfig, accelerator, target, tok):
         ds = build_dataset(data_config(cfg), tok, model=target if cfg.data.regenerate else None)["train"]
     counts = load_token_counts(out_dir)
     if counts is None:
-        counts = count_tokens(ds, target.get_output_embeddings().weight.shape[0])
+        counts = count_tokens(ds, output_vocab_size(target))
     return ds, lambda rows: collate_tokens(rows, pad), counts
 
 
@@ -151,6 +162,7 @@ class _Run:
     feature_key: str  # the batch key the head reads as its fused features
     store: CheckpointStore
     start: int  # first step to run (> 0 when resumed)
+    autocast: bool = False  # bfloat16 autocast of the forward (optim.autocast)
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -191,7 +203,7 @@ def _setup(cfg: TrainConfig) -> _Run:
         out_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out_dir / "config.yaml")
     with _whole_target_under_zero3(accelerator):
-        target, tok = load_target(cfg.model, accelerator.device)
+        target, tok = load_recipe_target(cfg.model, accelerator.device)
     dataset, collate, counts = _data(cfg, accelerator, target, tok)
     head = build_head(cfg, target, counts)
     head.bind_embedding(target.get_input_embeddings())
@@ -223,11 +235,12 @@ def _setup(cfg: TrainConfig) -> _Run:
     if main:
         _record_launch(out_dir, start, accelerator.num_processes)
     if cfg.report_to == "wandb":
-        from .config import dump_config
+        from eaglehead.builtin.typed_config import dump_config
 
         accelerator.init_trackers(cfg.wandb_project, config=dump_config(cfg))
     data = data_order(cfg, dataset, collate, accelerator.num_processes, accelerator.process_index)
-    return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start)
+    return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start,
+                autocast=cfg.optim.uses_autocast(accelerator.device))
 
 
 def _record_launch(out_dir: Path, start: int, processes: int) -> None:
@@ -288,8 +301,9 @@ def _step(cfg: TrainConfig, run: _Run, step: int, window: dict) -> int:
         with accelerator.accumulate(model):
             batch = run.online(b) if run.online is not None else {k: v.to(accelerator.device) for k, v in b.items()}
             batch["fused"] = batch[run.feature_key]
-            out = model(batch, accuracy=accuracy)
-            loss = out.loss(norms)
+            with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=run.autocast):
+                out = model(batch, accuracy=accuracy)
+                loss = out.loss(norms)
             accelerator.backward(loss * scale)
             if accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), opt.max_grad_norm)

@@ -38,7 +38,7 @@ GOOD = {"question_id": 1, "category": "math", "turns": ["What is 2+2?", "And 3+3
     ({**GOOD, "turns": ["What is 2+2?", ""]}, "turn 1 is empty"),
     ({**GOOD, "turns": []}, "'turns' must be a non-empty list"),
     ({"question_id": 1, "turns": ["x"]}, "'category' missing"),
-    ("{not json", "not JSON"),
+    ("{not json", "not valid JSON"),
 ])
 def test_malformed_line_error_names_file_and_line(tmp_path, bad, reason):
     path = _write(tmp_path, [GOOD, bad])

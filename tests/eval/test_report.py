@@ -8,12 +8,12 @@ import pytest
 from tests.eval.records import GenerationResult, RoundRecord
 
 from eaglehead.eval.report_html import check_html
+from eaglehead.eval.tables import compact_table
 from eaglehead.eval.metrics import compute_metrics, itl_samples
 from eaglehead.eval.report import (
     RUN_KEYS,
     check_report_consistency,
     collect_versions,
-    compact_table,
     fill_speedups,
     repeat_fields,
     run_record,
@@ -87,8 +87,8 @@ def test_write_report_files(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Figures: headline.png, survival.png, round_time.png, gamma_sweep.png, itl_cdf.png;" in md
     # The "code" state is the only category: its table would repeat category=all, so it is left out.
-    assert md.count("| method | gamma | tau |") == 1
-    assert "category=code" not in md and "| eagle3 | 3 | 3.000 |" in md
+    assert md.count("| method | engine | gamma | tree | tau |") == 1
+    assert "category=code" not in md and "| eagle3 | torch | 3 | - | 3.000 |" in md
     assert "All checks passed." in md
     assert check_html((tmp_path / "out" / "report.html").read_text(), figures=5) == []
 

@@ -7,14 +7,9 @@ from typing import Literal, Optional
 
 import pytest
 import yaml
-from eaglehead.train.config import (
-    DataConfig,
-    FeatureCacheConfig,
-    config_from_dict,
-    dump_config,
-    load_config,
-    save_config,
-)
+
+from eaglehead.builtin.typed_config import config_from_dict, dump_config, load_config, save_config
+from eaglehead.train.config import DataConfig, FeatureCacheConfig
 
 
 @dataclass

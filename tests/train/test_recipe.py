@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from eaglehead.builtin.typed_config import load_config
 from eaglehead.draftheads.checkpoint import load_pretrained, save_pretrained
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.train import recipe as recipe_mod
 from eaglehead.train import trainer as trainer_mod
-from eaglehead.train.config import load_config
 from eaglehead.train.data import build_dataset, collate_tokens
 from eaglehead.train.features import FeatureDataset, OnlineFeatures
 from eaglehead.train.prepare import prepare
@@ -89,7 +89,7 @@ def baseline(workspace):
 def test_logged_loss_equals_independent_recomputation(workspace, baseline):
     """Step 1's logged loss is the rollout loss of the first global batch under the initial head."""
     cfg = load_config(TrainConfig, workspace / "base.yaml")
-    target, tok = recipe_mod.load_target(cfg.model, torch.device("cpu"))
+    target, tok = recipe_mod.load_recipe_target(cfg.model, torch.device("cpu"))
     ds = build_dataset(cfg.data, tok)["train"]
     batch, _ = MicroBatches(ds, lambda r: collate_tokens(r, tok.pad_token_id), 2, 1, 0, cfg.seed)[0]
     head = load_pretrained(workspace / "init_head")
@@ -323,7 +323,7 @@ def test_wandb_logging_offline(workspace, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["eagle3", "eagle1", "eagle1-draft-vocab"])
 def test_lm_head_starts_from_the_targets_output_rows(workspace, kind, tmp_path):
-    target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
+    target, _ = recipe_mod.load_recipe_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
     vocab = target.get_output_embeddings().weight.shape[0]
     counts = torch.arange(vocab, 0, -1)  # id 0 most frequent
     # Make the target's final-norm gain non-trivial so that copying it is visible.
@@ -360,7 +360,7 @@ def test_lm_head_starts_from_the_targets_output_rows(workspace, kind, tmp_path):
 
 def test_a_reduced_vocabulary_without_token_counts_names_the_file(workspace):
     cfg = load_config(TrainConfig, write_config(workspace, "nocounts"), ["head.init_from=null", "head.draft_vocab_size=100"])
-    target, _ = recipe_mod.load_target(cfg.model, torch.device("cpu"))
+    target, _ = recipe_mod.load_recipe_target(cfg.model, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"draft_vocab_size=100 .*nocounts/draft_vocab.safetensors .*eaglehead prepare"):
         recipe_mod.build_head(cfg, target, None)
 
@@ -398,7 +398,7 @@ def test_a_second_head_finds_the_draft_vocabulary_beside_the_features(workspace)
         "head.eagle1_vocab": "draft"}))
     assert not (workspace / "v_e1" / recipe_mod.VOCAB_FILE).exists()
     train(e1)
-    target, _ = recipe_mod.load_target(prep.model, torch.device("cpu"))
+    target, _ = recipe_mod.load_recipe_target(prep.model, torch.device("cpu"))
     want = recipe_mod.build_head(prep, target, recipe_mod.load_token_counts(workspace / "vprep"))
     got = load_pretrained(workspace / "v_e1" / "head")
     assert got.config.draft_vocab_size == 100
@@ -448,13 +448,20 @@ def test_bench_step_times_strides_on_the_recipes_batches(workspace, capsys):
     assert [r["micro_batch"] for r in lines] == [0, 1]
     assert all(set(r["seconds"]) == {"1", "2"} and r["speedup_vs_first"]["1"] == 1.0 and r["loss_tokens"] > 0
                for r in lines)
+    assert bench_step.main(["--config", str(cfg), "--batches", "0", "--strides", "2", "--repeats", "1",
+                            "--autocast", "none,bfloat16"]) == 0
+    both = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert set(both[0]["seconds"]) == {"2/none", "2/bfloat16"}
+    assert set(both[0]["loss_tokens_per_s_per_thread"]) == {"2/none", "2/bfloat16"}
+    with pytest.raises(SystemExit):
+        bench_step.main(["--config", str(cfg), "--autocast", "fp8"])
     with pytest.raises(ValueError, match="no feature cache"):
         bench_step.main(["--config", str(write_config(workspace, "bench2")), "--repeats", "1"])
 
 
 @pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
 def test_layer_init_target_starts_the_decoder_layer_as_the_targets_last_layer(workspace, kind):
-    target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
+    target, _ = recipe_mod.load_recipe_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
     vocab = target.get_output_embeddings().weight.shape[0]
     last = target.get_decoder().layers[-1]
     with torch.no_grad():  # non-trivial norm gains, so that copying them is visible
@@ -493,10 +500,34 @@ def test_layer_init_target_starts_the_decoder_layer_as_the_targets_last_layer(wo
 
 
 def test_layer_init_target_with_another_layer_size_is_a_named_error(workspace):
-    target, _ = recipe_mod.load_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
+    target, _ = recipe_mod.load_recipe_target(recipe_mod.ModelConfig(target=str(workspace / "target")), torch.device("cpu"))
     cfg = load_config(TrainConfig, write_config(workspace, "layer_init_bad"),
                       ["head.init_from=null", "head.layer_init=target", "head.draft_vocab_size=100",
                        f"head.intermediate_size={target.config.intermediate_size + 8}"])
     vocab = target.get_output_embeddings().weight.shape[0]
     with pytest.raises(ValueError, match=r"head.layer_init=target: the target's last layer has mlp.gate_proj.weight"):
         recipe_mod.build_head(cfg, target, torch.arange(vocab, 0, -1))
+
+
+def test_bfloat16_autocast_trains_close_to_float32_and_keeps_float32_weights(workspace, baseline):
+    """optim.autocast=bfloat16: step 1's loss is the float32 loss up to bf16 rounding (8-bit mantissa: ~0.4 % per
+    product, a few percent at most through the 3-step rollout), not bit-identical (the autocast really ran), the
+    run still learns and the saved head stays float32."""
+    cfg = load_config(TrainConfig, write_config(workspace, "bf16", **{"optim.autocast": "bfloat16"}))
+    assert cfg.optim.uses_autocast(torch.device("cpu"))
+    train(cfg)
+    fp32, bf16 = metrics(baseline), metrics(workspace / "bf16")
+    assert bf16[0]["loss"] == pytest.approx(fp32[0]["loss"], rel=0.03)
+    assert bf16[0]["loss"] != fp32[0]["loss"]
+    assert bf16[-1]["loss"] < bf16[0]["loss"]
+    head = load_pretrained(workspace / "bf16" / "head")
+    assert all(p.dtype == torch.float32 for p in head.parameters())
+
+
+def test_autocast_auto_follows_the_cpu_flags(monkeypatch):
+    cfg = recipe_mod.OptimConfig(autocast="auto")
+    monkeypatch.setattr(recipe_mod, "native_bf16", lambda device: False)
+    assert not cfg.uses_autocast(torch.device("cpu"))
+    monkeypatch.setattr(recipe_mod, "native_bf16", lambda device: True)
+    assert cfg.uses_autocast(torch.device("cpu"))
+    assert not recipe_mod.OptimConfig().uses_autocast(torch.device("cpu"))  # the default: float32 throughout

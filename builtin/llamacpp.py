@@ -1,0 +1,212 @@
+"""llama.cpp in process, through the ``xllamacpp`` wheel: a target GGUF, alone or with an EAGLE-3 draft
+head GGUF or n-gram lookup, answering token-id prompts with the engine's own timings.
+
+Usage::
+
+    with LlamaCppServer(target_gguf, threads=2, eagle3=Eagle3Draft("head.gguf", n_max=3)) as server:
+        out = server.complete(prompt_ids, n_predict=64)          # greedy (temperature 0)
+        out.tokens, out.text, out.timings["draft_n_accepted"], out.ttft_s, out.tokens_per_round
+
+Prompts are token ids (chat-templated by the caller's tokenizer), so llama.cpp and a torch loop read
+identical input. Generated ids come from the engine itself: the request sets ``return_tokens`` and
+``verbose``, and every reply (or streamed chunk) then carries the raw ids in ``__verbose.tokens``, drafted
+tokens included (the OpenAI-style ``logprobs`` route loses the ids of tokens that end inside a UTF-8
+character). ``timings`` is llama.cpp's own dict (``prompt_n, prompt_ms, predicted_n, predicted_ms, draft_n,
+draft_n_accepted``, ...). Draft rounds (verification steps that carried a draft) come from the engine's
+Prometheus counter ``spec_decode_num_drafts_total``, read before and after the request.
+
+TTFT: by default (no streaming) it is the engine's ``prompt_ms`` (the first token is sampled from the
+prompt's logits); with ``stream=True`` it is the measured wall time from the call to the first chunk. A
+streamed token that ends inside a UTF-8 character is held back and sent without its id, so a streamed
+completion has ``tokens = None`` when the ids do not add up to ``predicted_n``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+XLLAMACPP_VERSION = "2026.10.11549"
+INSTALL_HINT = f"pip install 'eaglehead[llamacpp]'  (or: pip install xllamacpp=={XLLAMACPP_VERSION})"
+_ROUNDS_METRIC = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+([0-9.eE+]+)\s*$", re.MULTILINE)
+
+
+class LlamaCppMissing(ImportError):
+    """The ``xllamacpp`` wheel is not installed; the message carries the install command."""
+
+
+class LlamaCppError(RuntimeError):
+    """llama.cpp refused to start or answered a request with an error."""
+
+
+def import_xllamacpp():
+    """The ``xllamacpp`` module, or :class:`LlamaCppMissing` with the command that installs it."""
+    try:
+        import xllamacpp
+    except ImportError as err:
+        raise LlamaCppMissing(f"llama.cpp runs through the xllamacpp wheel, which is not installed ({err}); "
+                              f"install it with: {INSTALL_HINT}") from None
+    return xllamacpp
+
+
+@dataclass(frozen=True)
+class Eagle3Draft:
+    """An EAGLE-3 head GGUF drafting exactly ``n_max`` tokens a round (``n_min 0, p_min 0``: never
+    shortened by confidence, so every round drafts the same number as a fixed-gamma torch loop)."""
+
+    path: str | Path
+    n_max: int = 3
+
+
+@dataclass(frozen=True)
+class NgramDraft:
+    """llama.cpp's ``ngram-simple`` lookup: match the last ``size_n`` tokens, draft the ``size_m`` after."""
+
+    size_n: int = 3
+    size_m: int = 3
+
+
+@dataclass
+class Completion:
+    tokens: list[int] | None  # generated ids (EOS included when it ended it); None: see module doc
+    text: str
+    timings: dict[str, Any]  # the engine's own
+    wall_s: float  # the whole call, prompt processing included
+    ttft_s: float | None  # measured to the first streamed chunk, or the engine's prompt_ms
+    draft_rounds: int  # verification rounds that carried a draft
+    finish_reason: str | None = None
+    chunk_times_s: list[float] = field(default_factory=list)  # streamed chunks' arrival, since the call
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        """Committed tokens per draft-carrying verification round, including the bonus/correction token:
+        ``1 + draft_n_accepted / draft_rounds`` (llama.cpp's "mean len"; the first token, sampled from the
+        prompt's logits without a draft, is not a round). ``None`` when no round drafted."""
+        if self.draft_rounds == 0:
+            return None
+        return 1.0 + self.timings.get("draft_n_accepted", 0) / self.draft_rounds
+
+
+class LlamaCppServer:
+    """One llama.cpp server (one slot) in this process; :meth:`close` (or ``with``) frees it."""
+
+    def __init__(self, model_path: str | Path, *, threads: int, n_ctx: int = 4096,
+                 eagle3: Eagle3Draft | None = None, ngram: NgramDraft | None = None, warmup: bool = True,
+                 verbosity: int = -1):
+        if eagle3 is not None and ngram is not None:
+            raise ValueError("pass at most one of eagle3 and ngram")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        xl = import_xllamacpp()
+        model_path = Path(model_path)
+        for name, path in (("model_path", model_path), ("eagle3.path", eagle3 and Path(eagle3.path))):
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} {path}: no such file")
+        params = xl.CommonParams()
+        params.model.path = str(model_path)
+        params.n_ctx = n_ctx
+        params.n_parallel = 1
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+        params.verbosity = verbosity
+        params.warmup = warmup  # an empty decode at start, so the first request's timings are steady
+        params.fit_params = False  # fitting sizes GPU offload; on this CPU build it only loads the model twice
+        params.endpoint_metrics = True  # the draft-round counter is only kept with metrics on
+        spec = params.speculative
+        kind = xl.common_speculative_type
+        if eagle3 is not None:
+            if isinstance(eagle3.n_max, bool) or not isinstance(eagle3.n_max, int) or eagle3.n_max < 1:
+                raise ValueError(f"eagle3.n_max must be a positive int, got {eagle3.n_max!r}")
+            spec.types = [kind.COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3]
+            spec.draft.mparams.path = str(eagle3.path)
+            spec.draft.n_max, spec.draft.n_min, spec.draft.p_min = eagle3.n_max, 0, 0.0
+            spec.draft.cpuparams.n_threads = spec.draft.cpuparams_batch.n_threads = threads
+        elif ngram is not None:
+            spec.types = [kind.COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE]
+            spec.ngram_simple.size_n, spec.ngram_simple.size_m = ngram.size_n, ngram.size_m
+        self.model_path, self.eagle3, self.ngram = model_path, eagle3, ngram
+        try:
+            self._server = xl.Server(params)
+        except RuntimeError as err:
+            raise LlamaCppError(f"llama.cpp could not start on model_path {model_path}"
+                                f"{f' with eagle3 draft {eagle3.path}' if eagle3 else ''}: {err}") from err
+
+    def complete(self, token_ids: list[int], n_predict: int, *, temperature: float = 0.0, seed: int = 0,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, stream: bool = False,
+                 ignore_eos: bool = False) -> Completion:
+        """Generate up to ``n_predict`` tokens after ``token_ids`` (no prompt cache reuse between calls).
+
+        Sampling is plain ``softmax(logits / temperature)`` unless ``top_k``/``top_p``/``min_p`` say otherwise
+        (llama.cpp's own defaults, 40/0.95/0.05, would truncate it); temperature 0 is greedy. ``ignore_eos``
+        keeps going past end-of-generation tokens (fixed-length runs for timing)."""
+        if self._server is None:
+            raise LlamaCppError("complete: the server is closed")
+        if not token_ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
+            raise ValueError("token_ids must be a non-empty list of ints")
+        request = {"prompt": list(token_ids), "n_predict": int(n_predict), "temperature": float(temperature),
+                   "seed": int(seed), "top_k": int(top_k), "top_p": float(top_p), "min_p": float(min_p),
+                   "stream": bool(stream), "cache_prompt": False,
+                   "ignore_eos": bool(ignore_eos), "return_tokens": True, "verbose": True}
+        chunks: list[tuple[float, Any]] = []
+        rounds_before = self._draft_rounds()
+        start = time.perf_counter()
+        if stream:
+            reply = self._server.handle_completions(request, lambda c: chunks.append((time.perf_counter(), c)))
+        else:
+            reply = self._server.handle_completions(request)
+        wall = time.perf_counter() - start
+        if isinstance(reply, dict):
+            chunks.append((start + wall, reply))
+        errors = [c["error"] for _, c in chunks if "error" in c]
+        if errors:
+            raise LlamaCppError(f"llama.cpp refused the request: {errors[0]}")
+        out = _collect(chunks, start)
+        out.wall_s, out.draft_rounds = wall, self._draft_rounds() - rounds_before
+        if len(out.tokens) != out.timings.get("predicted_n"):
+            if stream:  # held-back UTF-8 pieces (module doc)
+                out.tokens = None
+                return out
+            raise LlamaCppError(f"llama.cpp returned {len(out.tokens)} token ids for "
+                                f"{out.timings.get('predicted_n')} generated tokens")
+        if not stream:
+            out.ttft_s = out.timings.get("prompt_ms", 0.0) / 1000.0
+        return out
+
+    def _draft_rounds(self) -> int:
+        match = _ROUNDS_METRIC.search(self._server.handle_metrics() or "")
+        return int(float(match.group(1))) if match else 0
+
+    def close(self) -> None:
+        """Stop the server's threads and free the models (the engine does it when its object dies).
+
+        The engine's destructor can wait forever when its main loop has not started yet (seen with a
+        server closed right after a start without warmup), so a request the loop must answer (metrics)
+        goes first."""
+        if self._server is not None:
+            self._server.handle_metrics()
+            self._server = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _collect(chunks: list[tuple[float, dict]], start: float) -> Completion:
+    """One completion from the reply (or the streamed chunks, in order): ids, text, per-chunk times."""
+    tokens, text, times, timings, finish = [], [], [], {}, None
+    for t, chunk in chunks:
+        choice = chunk["choices"][0]
+        ids = (chunk.get("__verbose") or {}).get("tokens") or []
+        tokens.extend(int(i) for i in ids)
+        text.append(choice.get("text") or "")
+        if ids or choice.get("text"):
+            times.append(t - start)
+        finish = choice.get("finish_reason") or finish
+        timings = chunk.get("timings") or timings
+    return Completion(tokens=tokens, text="".join(text), timings=timings, wall_s=0.0,
+                      ttft_s=times[0] if times else None, draft_rounds=0, finish_reason=finish,
+                      chunk_times_s=times)

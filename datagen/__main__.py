@@ -1,0 +1,3 @@
+from eaglehead.datagen.pipeline import main
+
+raise SystemExit(main())

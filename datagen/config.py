@@ -1,0 +1,211 @@
+"""The chat-data config (``configs/*-data*.yaml``): what the target writes, how, and what defines a shard.
+
+    from eaglehead.builtin.typed_config import load_config
+    cfg = load_config(ChatDataConfig, "configs/smollm2-135m-instruct-data.yaml", ["regenerate.batch_size=16"])
+
+The saved ``config.json`` of a data directory holds :func:`shard_defining` of the config that started it; a
+later run with other shard-defining settings is refused with each difference named (:func:`config_differences`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from eaglehead.builtin.typed_config import dump_config, omit_added_later
+from eaglehead.decode import sample_from, sample_inverse_cdf
+
+# How a token is drawn from the target's distribution: both draw from the same law, they differ in cost and in
+# the stream a seed gives. "inverse-cdf" (one uniform per row) costs ~2 ms a step at batch 32 and a 49152-token
+# vocabulary on a CPU, "exponential-race" (one exponential per vocabulary entry) 52-69 ms, 13 % of the sampler's
+# time in a profile (BENCHMARKS.md, regeneration); the data shipped for SmolLM2 was written with "exponential-race".
+SAMPLERS = {"inverse-cdf": sample_inverse_cdf, "exponential-race": sample_from}
+DEFAULT_SAMPLER = "inverse-cdf"
+
+
+def sampler_named(name: str):
+    """The draw function ``SAMPLERS[name]``; a name not there is a ``ValueError`` naming the choices."""
+    if name not in SAMPLERS:
+        raise ValueError(f"sampler: expected one of {', '.join(map(repr, SAMPLERS))}, got {name!r}")
+    return SAMPLERS[name]
+
+
+@dataclass
+class SynthesisConfig:
+    magpie_prompts: int = 1500  # unique clean user turns to sample from the target
+    stdlib_prompts: int = 500  # seed prompts from standard-library docstrings
+    pydoc_prompts: int = 79  # seed prompts from pydoc topics (79 exist)
+    # seed prompts of the eight chat-benchmark categories (writing, roleplay, reasoning, math, coding,
+    # extraction, stem, humanities; eaglehead.datagen.task_prompts), each with a follow-up of its category
+    category_prompts: int = 0
+    second_turn_fraction: float = 0.25  # conversations that get a follow-up user turn and answer
+    temperature: float = 1.0
+    top_p: float | None = 0.95
+    max_new_tokens: int = 96
+    max_rounds: int = 50  # Magpie shards tried before giving up on magpie_prompts
+    keep_unfinished: bool = False  # keep user turns cut at max_new_tokens (tests with untrained models)
+    overlap_ngram: int = 8  # a prompt sharing a word n-gram with MT-bench/HumanEval is removed
+
+    def __post_init__(self):
+        for name in ("magpie_prompts", "stdlib_prompts", "pydoc_prompts", "category_prompts"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"synthesis.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.second_turn_fraction <= 1.0:
+            raise ValueError(f"synthesis.second_turn_fraction must be in [0, 1], got {self.second_turn_fraction}")
+        if self.max_new_tokens < 1 or self.max_rounds < 1 or self.overlap_ngram < 1:
+            raise ValueError("synthesis.max_new_tokens, max_rounds and overlap_ngram must be >= 1")
+
+
+# What writes the tokens: "torch" (the in-process sampler, :mod:`~eaglehead.datagen.stream`), "openai" (a running
+# OpenAI-compatible server: vLLM, SGLang, llama.cpp's llama-server) or "llama.cpp" (llama.cpp's server started by
+# eaglehead on 127.0.0.1 for the run; :mod:`~eaglehead.datagen.engines`).
+ENGINES = ("torch", "openai", "llama.cpp")
+
+
+@dataclass
+class OpenAIEngineConfig:
+    """``regenerate.engine: openai``: a server that is already running."""
+
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 (the part before /completions)
+    model: str | None = None  # the served model's name, as GET <base_url>/models lists it
+    api_key_env: str | None = None  # the environment variable holding the API key (null: none is sent)
+
+    def check(self) -> None:
+        """Called when the engine is "openai": both the URL and the model are then required."""
+        if not self.base_url or not self.model:
+            raise ValueError("regenerate.openai.base_url and regenerate.openai.model are required with "
+                             f"regenerate.engine 'openai' (got base_url={self.base_url!r}, model={self.model!r})")
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"regenerate.openai.base_url: expected http://host:port/v1 or https://..., "
+                             f"got {self.base_url!r}")
+        try:
+            parts.port  # noqa: B018 (urlsplit checks the port only when it is read)
+        except ValueError:
+            raise ValueError(f"regenerate.openai.base_url: bad port in {self.base_url!r}") from None
+
+
+@dataclass
+class LlamaCppEngineConfig:
+    """``regenerate.engine: llama.cpp``: eaglehead serves the target's GGUF itself (127.0.0.1, this run only)."""
+
+    file: str | None = None  # the GGUF; null: the target's own (a .gguf target, or builtin:smollm2-135m-instruct)
+    gguf: Literal["as-is", "float32", "float16"] = "as-is"  # the file as shipped, or a float copy written from it
+    slots: int = 8  # sequences decoded together (llama.cpp's n_parallel); 8 was fastest on 2 cores (BENCHMARKS.md)
+    ctx_per_slot: int = 4096  # tokens of context each slot holds: prompt + max_new_tokens must fit
+    threads: int | None = None  # decode threads; null: ChatDataConfig.threads, else every core
+
+    def __post_init__(self):
+        if self.slots < 1 or self.ctx_per_slot < 16 or (self.threads is not None and self.threads < 1):
+            raise ValueError(f"regenerate.llamacpp: slots and threads must be >= 1 and ctx_per_slot >= 16, got "
+                             f"slots={self.slots}, ctx_per_slot={self.ctx_per_slot}, threads={self.threads}")
+
+
+@dataclass
+class RegenerateConfig:
+    temperature: float = 0.7
+    top_p: float | None = None
+    max_new_tokens: int = 512
+    batch_size: int = 32  # rows decoded together by the torch sampler
+    shard_size: int = 64  # prompts per shard (the unit of resumption)
+    engine: Literal["torch", "openai", "llama.cpp"] = "torch"
+    # How eaglehead talks to a server (engines openai and llama.cpp; they decide how, never what, is written):
+    max_concurrency: int | None = None  # requests in flight; null: llamacpp.slots, or 32 for a server
+    request_timeout_s: float = 600.0  # one completion, start to end
+    retries: int = 4  # further attempts after a connection error, a timeout, HTTP 429 or 5xx
+    retry_backoff_s: float = 1.0  # the first wait; it doubles with each further attempt
+    openai: OpenAIEngineConfig = field(default_factory=OpenAIEngineConfig)
+    llamacpp: LlamaCppEngineConfig = field(default_factory=LlamaCppEngineConfig)
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1 or self.batch_size < 1 or self.shard_size < 1:
+            raise ValueError("regenerate.max_new_tokens, batch_size and shard_size must be >= 1")
+        if self.engine not in ENGINES:
+            raise ValueError(f"regenerate.engine: expected one of {', '.join(map(repr, ENGINES))}, got {self.engine!r}")
+        if (self.max_concurrency is not None and self.max_concurrency < 1) or self.retries < 0 \
+                or self.request_timeout_s <= 0 or self.retry_backoff_s < 0:
+            raise ValueError("regenerate.max_concurrency must be >= 1 (or null), retries >= 0, request_timeout_s > 0 "
+                             f"and retry_backoff_s >= 0, got {self.max_concurrency}, {self.retries}, "
+                             f"{self.request_timeout_s}, {self.retry_backoff_s}")
+        if self.engine == "openai":
+            self.openai.check()
+
+    def concurrency(self) -> int:
+        """Requests in flight: the setting, else one per llama.cpp slot, else 32 (a GPU server batches many)."""
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        return self.llamacpp.slots if self.engine == "llama.cpp" else 32
+
+
+@dataclass
+class ChatDataConfig:
+    target: str
+    out_dir: str
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    threads: int | None = None  # torch intra-op threads (None: torch's default)
+    # conversation ids are "<id_prefix>-000000", ...: data sets trained on together need distinct prefixes
+    id_prefix: str = "chat"
+    sampler: str = DEFAULT_SAMPLER  # or "exponential-race" (see SAMPLERS): same law, another stream per seed
+    synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
+    regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.]*", self.id_prefix or ""):
+            raise ValueError(f"id_prefix: expected letters, digits, '_' or '.' (the ids are '<id_prefix>-000000'), "
+                             f"got {self.id_prefix!r}")
+        sampler_named(self.sampler)
+
+
+# ------------------------------------------------------------------------------- what defines a shard
+
+
+def shard_defining(cfg: ChatDataConfig) -> dict:
+    """The settings that decide what the shards hold (device, dtype of compute and threads do not).
+
+    With an engine other than torch, the torch sampler's settings (``dtype``, ``sampler``,
+    ``regenerate.batch_size``) are left out and the engine's model is put in (``openai.model``; ``llamacpp.gguf``,
+    the file itself being checked by its sha256 in each shard's record). How requests are sent (concurrency,
+    timeouts, retries, URL, key, slots, threads) never decides what is written."""
+    data = omit_added_later(dump_config(cfg), ADDED_LATER)
+    for key in ("out_dir", "device", "threads", "id_prefix"):
+        data.pop(key)
+    regen = data["regenerate"]
+    openai, llamacpp = regen.pop("openai"), regen.pop("llamacpp")
+    for key in ("max_concurrency", "request_timeout_s", "retries", "retry_backoff_s"):
+        regen.pop(key)
+    if cfg.regenerate.engine != "torch":
+        data.pop("dtype")
+        data.pop("sampler", None)
+        regen.pop("batch_size")
+    if cfg.regenerate.engine == "openai":
+        regen["openai"] = {"model": openai["model"]}
+    elif cfg.regenerate.engine == "llama.cpp":
+        regen["llamacpp"] = {"gguf": llamacpp["gguf"]}
+    return data
+
+
+# Fields added after data directories were started, at the value that writes what those directories hold: there
+# they stay out of the saved config, so the directories remain valid. (The client settings of the engines are not
+# here: shard_defining drops them whatever their value.)
+ADDED_LATER = {("synthesis", "category_prompts"): 0, (None, "sampler"): "exponential-race",
+               ("regenerate", "engine"): "torch"}
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    flat = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def config_differences(saved: dict, now: dict) -> list[str]:
+    """``"key: the directory has A, this config B"`` for each shard-defining setting that differs (a field absent
+    from an older directory's saved config holds its ``ADDED_LATER`` value there)."""
+    neutral = {(name if section is None else f"{section}.{name}"): value for (section, name), value in ADDED_LATER.items()}
+    old, new = _flatten(saved), _flatten(now)
+    pairs = {key: (old.get(key, neutral.get(key)), new.get(key, neutral.get(key))) for key in old.keys() | new.keys()}
+    return [f"{key}: the directory has {a!r}, this config {b!r}" for key, (a, b) in sorted(pairs.items()) if a != b]

@@ -1,0 +1,59 @@
+"""The process of the built-in llama.cpp server; started by ``eaglehead.datagen.engine_llamacpp.start_server``:
+
+    python llamacpp_server.py '{"model": "x.gguf", "slots": 8, "n_ctx": 32768, "threads": 2, "http_threads": 10,
+                                "api_key": null, "alias": null, "parent": 1234}'
+
+Starts llama.cpp's server (the xllamacpp wheel) on 127.0.0.1 at a port the system picks, writes one JSON line to
+stdout, ``{"url": "http://127.0.0.1:N"}`` or ``{"error": "..."}``, then waits for stdin to close and leaves at once.
+
+It cannot outlive its parent: the parent holds its stdin (closed when the parent exits, however it ends) and, on
+Linux, the kernel sends it SIGKILL when the parent dies (``PR_SET_PDEATHSIG``). It leaves with ``os._exit``: the
+server's own teardown waits for requests in flight and can hang when one is. It is a script, not a module of the
+package, so that it imports nothing but xllamacpp and starts in a fraction of a second.
+"""
+
+import json
+import os
+import signal
+import sys
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    _die_with_parent(spec["parent"])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops this process
+    try:
+        import xllamacpp as xl
+
+        p = xl.CommonParams()
+        p.model.path = spec["model"]
+        p.hostnames, p.port = ["127.0.0.1"], 0  # loopback only; 0: the system picks a free port
+        p.n_parallel, p.n_ctx = spec["slots"], spec["n_ctx"]  # llama.cpp splits n_ctx evenly between the slots
+        p.cpuparams.n_threads = p.cpuparams_batch.n_threads = spec["threads"]
+        p.n_threads_http = spec["http_threads"]
+        p.verbosity = -1
+        if spec.get("api_key"):
+            p.api_keys = [spec["api_key"]]
+        if spec.get("alias"):
+            p.model_alias = {spec["alias"]}
+        server = xl.Server(p)
+    except Exception as err:  # noqa: BLE001 (any failure is reported to the parent, which names the file)
+        print(json.dumps({"error": f"{type(err).__name__}: {err}"}), flush=True)
+        os._exit(1)
+    print(json.dumps({"url": server.listening_address}), flush=True)
+    sys.stdin.buffer.read()  # until the parent closes it or exits
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
