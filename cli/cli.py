@@ -5,6 +5,7 @@
     eaglehead prepare --data-config configs/NAME-data.yaml [key=value ...]   (chat data the target writes)
     eaglehead train --config configs/NAME.yaml [key=value ...]      (one process; see accelerate launch)
     eaglehead export CKPT --format eagle3|speculators --out DIR
+    eaglehead export CKPT --format gguf --target TARGET.gguf --out head.gguf   (llama.cpp's EAGLE-3 drafter)
     eaglehead eval --target PATH --draft PATH --prompts SET [...]
     eaglehead demo [--out DIR] [--retrain [--head-steps N]] [--target demo | smollm2-135m-instruct]
 """
@@ -146,10 +147,12 @@ def cmd_export(args) -> int:
     if not (src / "config.json").is_file():
         raise ValueError(f"CKPT {args.checkpoint!r}: expected a head directory (config.json + weights) or a "
                          "training output directory holding head/")
+    head = load_head(src)
+    if args.format == "gguf":
+        return _export_gguf(head, src, args)
     out_dir = Path(args.out)
     if out_dir.exists() and any(out_dir.iterdir()) and not args.overwrite:
         raise ValueError(f"--out {out_dir} is not empty: pass --overwrite to replace its checkpoint files")
-    head = load_head(src)
     if args.target_name:  # e.g. the hub id of a target trained from a local path or a .gguf file
         head.config.target_name_or_path = args.target_name
     dtype = resolve_dtype(args.dtype) if args.dtype else None
@@ -159,6 +162,25 @@ def cmd_export(args) -> int:
         out = export_speculators(head, args.out, overwrite=args.overwrite, dtype=dtype,
                                  speculative_tokens=args.speculative_tokens)
     print(f"exported {src} -> {out} ({args.format} layout)")
+    return 0
+
+
+def _export_gguf(head, src: Path, args) -> int:
+    """``--format gguf``: one file llama.cpp's EAGLE-3 drafter loads, with the target's tokenizer keys."""
+    from eaglehead.builtin.models import resolve_target
+    from eaglehead.builtin.packages import SMOLLM2
+    from eaglehead.draftheads.gguf_head import export_gguf
+    from eaglehead.eval.plan_options import llamacpp_source
+
+    if not args.target:
+        raise ValueError("--format gguf needs --target: the target's .gguf file (or builtin:smollm2-135m-instruct, "
+                         "or a Hugging Face directory with a byte-level BPE tokenizer), whose tokenizer the file carries")
+    if not args.out.endswith(".gguf"):
+        raise ValueError(f"--out {args.out!r}: --format gguf writes one file; name it NAME.gguf")
+    target = llamacpp_source(args.target) if args.target == SMOLLM2 or args.target.endswith(".gguf") \
+        else resolve_target(args.target)
+    out = export_gguf(head, args.out, target=target, dtype=args.dtype or "float16", overwrite=args.overwrite)
+    print(f"exported {src} -> {out} (gguf: llama.cpp's EAGLE-3 drafter, {args.dtype or 'float16'})")
     return 0
 
 
@@ -229,11 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=5e-5")
     t.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("export", help="export a head for vLLM/SGLang")
+    e = sub.add_parser("export", help="export a head for vLLM/SGLang (eagle3, speculators) or llama.cpp (gguf)")
     e.add_argument("checkpoint", help="head directory, or a training output directory")
-    e.add_argument("--format", choices=["eagle3", "speculators"], default="eagle3")
-    e.add_argument("--out", required=True)
-    e.add_argument("--dtype", default=None, help="cast weights: float32 | bfloat16 | float16")
+    e.add_argument("--format", choices=["eagle3", "speculators", "gguf"], default="eagle3")
+    e.add_argument("--out", required=True, help="a directory (eagle3, speculators) or NAME.gguf (gguf)")
+    e.add_argument("--target", default=None, help="gguf: the target's .gguf file (or builtin:smollm2-135m-instruct "
+                   "or a Hugging Face directory); the head file carries its tokenizer")
+    e.add_argument("--dtype", default=None, help="cast weights: float32 | bfloat16 | float16 (gguf default: float16)")
     e.add_argument("--speculative-tokens", type=int, default=3, help="speculators: draft tokens per round")
     e.add_argument("--overwrite", action="store_true", help="replace the files of an existing export")
     e.add_argument("--target-name", default=None,

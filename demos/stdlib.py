@@ -34,6 +34,9 @@ from .common import CONFIGS, first_token_check, has_stamp, input_key, pick_run, 
 
 SHIPPED_HEADS = Path(str(files("eaglehead.builtin") / "assets"))
 RETRAIN = "eaglehead demo --retrain"
+# The demo's methods: every chain method of our loop and transformers' peers (the tree and llama.cpp methods are
+# evaluated on SmolLM2, whose target llama.cpp loads as a GGUF file).
+METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
 
 
 # ----------------------------------------------------------------------------------------- sizes
@@ -364,7 +367,7 @@ def stage_prompts(out: Path, n: int, chars: int) -> dict[str, Path]:
 
 
 def stage_eval(out: Path, name: str, prompts: Path, target_dir: str, heads: dict, draft_lm: Path, sizes: dict) -> dict:
-    from eaglehead.eval.plan import METHODS, EvalPlan
+    from eaglehead.eval.plan import EvalPlan
     from eaglehead.eval.runner import run_eval
 
     plan = EvalPlan(target=target_dir, prompts=str(prompts), methods=list(METHODS),

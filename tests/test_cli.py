@@ -82,3 +82,24 @@ def test_bad_input_exits_2_with_the_parameter_named(assets, capsys):
     assert "CKPT" in capsys.readouterr().err
     assert main(["export", str(assets / "target"), "--out", str(assets / "y")]) == 2  # a full LM, not a head
     assert "num_hidden_layers" in capsys.readouterr().err
+
+
+def test_export_gguf_writes_the_head_llama_cpp_loads_and_it_loads_back(tmp_path, capsys):
+    """``export --format gguf`` on the shipped SmolLM2 head: a file that loads back (``load_head`` takes a .gguf)
+    with the same weights as float16 rounding of the source; without --target, or with an --out that is not a
+    .gguf name, a named error and nothing written."""
+    from eaglehead.builtin.shipped import ASSETS_DIR
+
+    src = ASSETS_DIR.parent / "smollm2_eagle3"
+    out = tmp_path / "head.gguf"
+    assert main(["export", str(src), "--format", "gguf", "--out", str(out)]) == 2
+    assert "--format gguf needs --target" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(src), "--format", "gguf", "--target", "builtin:smollm2-135m-instruct",
+                 "--out", str(tmp_path / "head")]) == 2
+    assert "name it NAME.gguf" in capsys.readouterr().err
+    assert main(["export", str(src), "--format", "gguf", "--target", "builtin:smollm2-135m-instruct",
+                 "--out", str(out)]) == 0
+    back, orig = load_head(out), load_head(src)
+    assert back.config.fused_layer_ids == orig.config.fused_layer_ids == [2, 15, 27]
+    assert torch.equal(back.d2t, orig.d2t)
+    assert torch.equal(back.lm_head.weight.half(), orig.lm_head.weight.half())
