@@ -195,20 +195,24 @@ def _server(ap, args, tok, kind, opts):
     return f"llama.cpp/{gguf}/{slots} slots", closing(LlamaCppEngine.start(cfg, tok, turn_end))
 
 
-def _timed(name, fn, rows, eos, pad, seed, r) -> float:
+def _timed(name, fn, rows, eos, pad, seed, r) -> tuple[float, float]:
+    """``(tokens/s, tokens per CPU second of this process and the server's)`` of one call, printed."""
     t0, cpu0, steal0 = time.perf_counter(), time.process_time(), _steal_seconds()
     n = fn(rows, eos, pad, seed=seed)
     dt, cpu, steal1 = time.perf_counter() - t0, time.process_time() - cpu0, _steal_seconds()
     # CPU seconds of this process (and of the server's) and the hypervisor's steal over the call: a slow call with
-    # little steal and CPU = threads x wall was slowed inside the machine (memory bandwidth, frequency, neighbours)
+    # little steal and CPU = threads x wall was slowed inside the machine (memory bandwidth, frequency, neighbours);
+    # tokens per CPU second compare methods that got unequal shares of a machine other processes also use
     extra = "" if steal0 is None or steal1 is None else f", steal {steal1 - steal0:5.1f} s"
     last = getattr(fn, "last", {})
     if last.get("server_cpu") is not None:
         extra += f", server cpu {last['server_cpu']:6.1f} s"
+        cpu += last["server_cpu"]
     if last.get("server_s"):
         extra += f", client overhead {1 - last['server_s'] / last['client_s']:5.1%}"
-    print(f"repeat {r} {name:38s} {n:7d} tokens {dt:7.1f} s {n / dt:7.1f} tok/s (cpu {cpu:6.1f} s{extra})", flush=True)
-    return n / dt
+    print(f"repeat {r} {name:32s} {n:7d} tokens {dt:7.1f} s {n / dt:7.1f} tok/s {n / cpu:6.1f} tok/cpu-s "
+          f"(cpu {cpu:6.1f} s{extra})", flush=True)
+    return n / dt, n / cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,17 +228,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = sorted((encode_prompt(tok, p["prompt"]) for p in stdlib_task_prompts(args.prompts, seed=123)), key=len)
     with ExitStack() as stack:  # servers stop here, on success, error and Ctrl-C
         methods = _methods(ap, args, tok, model, stack)
-        rates: dict[str, list[float]] = {name: [] for name, _ in methods}
+        rates: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in methods}
         for r in range(args.repeats):
             for name, fn in methods[:: 1 if r % 2 == 0 else -1]:
                 rates[name].append(_timed(name, fn, rows, eos, pad, r, r))
-    med = {k: statistics.median(v) for k, v in rates.items()}
+    med = {k: (statistics.median(x for x, _ in v), statistics.median(y for _, y in v)) for k, v in rates.items()}
     base = next((k for k in med if k.startswith("hf-generate")), None)
-    print(f"median tok/s ({args.prompts} prompts, max_new_tokens {args.max_new_tokens}, T={args.temperature}, "
-          f"batch {args.batch_size}, torch threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f}):")
-    for name, value in sorted(med.items(), key=lambda kv: -kv[1]):
-        ratio = f", {value / med[base]:.2f}x {base}" if base else ""
-        print(f"  {name:38s} {value:7.1f} tok/s{ratio}")
+    print(f"median ({args.prompts} prompts, max_new_tokens {args.max_new_tokens}, T={args.temperature}, "
+          f"batch {args.batch_size}, threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f}):")
+    for name, (value, per_cpu) in sorted(med.items(), key=lambda kv: -kv[1][0]):
+        ratio = f", {value / med[base][0]:.2f}x {base}" if base else ""
+        print(f"  {name:32s} {value:7.1f} tok/s {per_cpu:6.1f} tok/cpu-s{ratio}")
     return 0
 
 
