@@ -123,18 +123,20 @@ class RaggedCacheLM:
         }
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        if want_features and self.taps is not None:
-            with self.taps.capture() as cap:
-                out = self.model(**kwargs)
-            features = cap.fused()
-        else:
-            out = self.model(**kwargs)
-            features = None
+        out, features = self._call(kwargs, want_features)
         self._physical += t
         logits = out.logits
         if last_only:
             logits = logits[:, -1:]
         return ForwardOut(logits=logits, features=features)
+
+    def _call(self, kwargs: dict, want_features: bool):
+        """One forward of the model with ``kwargs``: ``(its output, the fused tapped features or None)``."""
+        if want_features and self.taps is not None:
+            with self.taps.capture() as cap:
+                out = self.model(**kwargs)
+            return out, cap.fused()
+        return self.model(**kwargs), None
 
     def keep_recent(self, n_recent: int, n_keep: list[int]) -> None:
         """Among the last ``n_recent`` physical entries, keep the first ``n_keep[b]`` of row ``b``.

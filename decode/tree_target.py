@@ -65,13 +65,7 @@ class TreeCacheLM(RaggedCacheLM):
             self._cache_kw: self.cache,
             "use_cache": True,
         }
-        if want_features and self.taps is not None:
-            with self.taps.capture() as cap:
-                out = self.model(**kwargs)
-            features = cap.fused()
-        else:
-            out = self.model(**kwargs)
-            features = None
+        out, features = self._call(kwargs, want_features)
         self._physical += n + 1
         if self._valid is not None:
             self._valid = torch.cat([self._valid, torch.ones_like(tokens, dtype=torch.bool)], 1)
