@@ -232,7 +232,8 @@ def plot_sweeps(sweeps: list[dict[str, Any]], path: Path, chosen: dict[tuple, in
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylim(bottom=0)
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    _suptitle(fig, "Gamma sweeps: ms per token (median, bar = min-max); numbers = tau; star = chosen gamma")
+    _suptitle(fig, "Gamma sweeps: ms per token (median, bar = min-max); numbers = tau; star = chosen gamma "
+              "(trees: chosen n)")
     return _save(fig, path, right=1 - 1.8 / fig.get_figwidth())
 
 
