@@ -44,7 +44,8 @@ class _Torch:
 
     def __call__(self, rows, eos, pad, seed) -> int:
         a = self.args
-        toks, _ = sample_stream(self.model, rows, batch_size=a.batch_size, sampling=SamplingConfig(temperature=a.temperature),
+        toks, _ = sample_stream(self.model, rows, batch_size=a.batch_size,
+                                sampling=SamplingConfig(temperature=a.temperature),
                                 max_new_tokens=a.max_new_tokens, eos_ids=eos, pad_id=pad,
                                 generator=torch.Generator().manual_seed(seed), sampler=self.sampler)
         return sum(map(len, toks))
@@ -134,10 +135,11 @@ def _parse_args(argv):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None, help="torch threads and llama.cpp decode threads")
     ap.add_argument("--samplers", default="inverse-cdf",
-                    help=f"comma-separated draw functions of the torch engine ({', '.join(SAMPLERS)}), each its own method")
+                    help=f"comma-separated draw functions of the torch engine ({', '.join(SAMPLERS)}), "
+                         "each its own method")
     ap.add_argument("--engines", default="torch,hf-generate",
-                    help="comma-separated: torch[:dtype], hf-generate[:dtype], llama.cpp[:as-is|float32|float16[:slots]], "
-                         "openai")
+                    help="comma-separated: torch[:dtype], hf-generate[:dtype], "
+                         "llama.cpp[:as-is|float32|float16[:slots]], openai")
     ap.add_argument("--base-url", help="engine openai: the server's URL, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", help="engine openai: the served model's name")
     ap.add_argument("--api-key-env", help="engine openai: the environment variable holding the API key")

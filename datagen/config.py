@@ -93,9 +93,13 @@ class LlamaCppEngineConfig:
 
     file: str | None = None  # the GGUF; null: the target's own (a .gguf target, or builtin:smollm2-135m-instruct)
     gguf: Literal["as-is", "float32", "float16"] = "as-is"  # the file as shipped, or a float copy written from it
-    slots: int = 8  # sequences decoded together (llama.cpp's n_parallel); 8 was fastest on 2 cores (BENCHMARKS.md)
+    # sequences decoded together (llama.cpp's n_parallel): on 2 cores 8 gave the most tokens per CPU second for the
+    # Q4_1, F16 and F32 files, 16 about the same, 2-4 fewer (python -m eaglehead.datagen.bench)
+    slots: int = 8
     ctx_per_slot: int = 4096  # tokens of context each slot holds: prompt + max_new_tokens must fit
-    threads: int | None = None  # decode threads; null: ChatDataConfig.threads, else every core
+    # decode threads; null: ChatDataConfig.threads, else every core. Fewer on a machine other jobs also use: llama.cpp's
+    # threads wait for each other spinning, so one that is descheduled stalls the rest
+    threads: int | None = None
 
     def __post_init__(self):
         if self.slots < 1 or self.ctx_per_slot < 16 or (self.threads is not None and self.threads < 1):

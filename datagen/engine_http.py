@@ -115,7 +115,8 @@ class JsonClient:
             self._local.conn = None
 
     # ------------------------------------------------------------------------------------- many in flight
-    def post_many(self, path: str, bodies: list[dict], labels: list[str], max_concurrency: int) -> list[tuple[dict, float]]:
+    def post_many(self, path: str, bodies: list[dict], labels: list[str],
+                  max_concurrency: int) -> list[tuple[dict, float]]:
         """``(answer, seconds)`` for each body, at most ``max_concurrency`` in flight, in the order given.
 
         The first request that fails for good ends the batch: the others are abandoned and :class:`EngineError`

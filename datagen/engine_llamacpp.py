@@ -79,7 +79,8 @@ class ServerProcess:
             raise
         if "url" not in reply:
             self.stop()
-            raise EngineError(f"llama.cpp could not start on regenerate.llamacpp.file {spec['model']}: {reply['error']}")
+            raise EngineError(f"llama.cpp could not start on regenerate.llamacpp.file {spec['model']}: "
+                              f"{reply['error']}")
         self.url = reply["url"]
 
     def _first_line(self, within_s: float) -> bytes:

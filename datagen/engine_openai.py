@@ -70,7 +70,8 @@ class OpenAIEngine:
             key = os.environ.get(o.api_key_env)
             if not key:
                 raise EngineError(f"regenerate.openai.api_key_env: the environment variable {o.api_key_env!r} is not "
-                                  f"set (it should hold the API key of {o.base_url}); export it or set api_key_env: null")
+                                  f"set (it should hold the API key of {o.base_url}); export it, or set "
+                                  "api_key_env: null")
             headers["Authorization"] = f"Bearer {key}"
         client = JsonClient(o.base_url, headers=headers, timeout_s=rc.request_timeout_s, retries=rc.retries,
                             backoff_s=rc.retry_backoff_s)
