@@ -125,6 +125,9 @@ def plot_headline(runs: list[dict[str, Any]], path: Path) -> Path:
             sp = r.get("speedup")
             tau = r.get("tau")
             text = (f"{sp:.2f}x" if sp else "-") + (f"  tau {tau:.2f}" if tau and r.get("gamma") else "")
+            per_round = r.get("tau_committed")
+            if r.get("engine") == "llama.cpp" and r.get("gamma") and per_round:  # its tau counts drafting rounds only
+                text += f" ({per_round:.2f}/round)"
             ax.text(h, y, "  " + text, va="center", fontsize=8)
         ax.set_xlim(0, 1.45 * max(hi, default=1))
         n_rep = max((r.get("repeats") or 1 for r in rows), default=1)

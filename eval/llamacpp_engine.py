@@ -45,9 +45,9 @@ LLAMACPP_TIMING_NOTE = ("llama.cpp: decode time = the engine's predicted_ms (aft
                         "predicted_ms / predicted_n (the engine's own); TTFT and ITL from streamed chunk times")
 LLAMACPP_ROUND_DETAIL = ("engine totals only (no per-round records): tau = 1 + draft_n_accepted / draft rounds, "
                          "rounds without a draft = committed - accepted - draft rounds; survival not available")
-SAMPLING_NOTE = ("llama.cpp samples at T > 0 with its default chain (top-k 40, top-p 0.95, min-p 0.05): "
-                 "LlamaCppServer.complete passes only temperature and seed, so these runs do not sample the "
-                 "torch methods' distribution; compare their times, not their outputs")
+SAMPLING_NOTE = ("llama.cpp samples at T > 0 from softmax(logits / T) with the plan's top-k and top-p and its own "
+                 "min-p off (the requests override its default chain of top-k 40, top-p 0.95, min-p 0.05): the "
+                 "torch methods' distribution, drawn from another random stream, so outputs differ by sample")
 
 
 class LlamaCppEngines:
@@ -99,12 +99,13 @@ class LlamaCppEngines:
         server = self.server(method, n_max)
         temperature = 0.0 if sampling.greedy else float(sampling.temperature)
         t_start = time.perf_counter()
-        out = server.complete(prompt, max_new, temperature=temperature, seed=seed, stream=True)
+        chain = {"top_k": int(sampling.top_k or 0), "top_p": float(sampling.top_p or 1.0)}
+        out = server.complete(prompt, max_new, temperature=temperature, seed=seed, stream=True, **chain)
         t_end = time.perf_counter()
         times = [t_start + t for t in out.chunk_times_s]
         tokens = out.tokens
         if tokens is None:  # held-back UTF-8 pieces: the ids from the same request, unstreamed
-            tokens = server.complete(prompt, max_new, temperature=temperature, seed=seed).tokens
+            tokens = server.complete(prompt, max_new, temperature=temperature, seed=seed, **chain).tokens
             times = held_back_times(tokens, times, self.tok, method)
         elif len(times) != len(tokens):
             raise LlamaCppError(f"{method}: {len(times)} streamed chunks carried {len(tokens)} token ids; "
