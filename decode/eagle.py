@@ -76,7 +76,7 @@ class Eagle3Drafter:
                 q = head.to_target_probs(q_draft)
             drafts.append(d)
             qs.append(q)  # zero outside the draft vocabulary
-            if i < gamma - 1:  # self-fed step: own pre-norm hidden with the token just drafted
+            if i < gamma - 1:  # self-fed step: own hidden (pre-norm; normed with norm_output) and the token just drafted
                 step_pos = (self.next_pos + i)[:, None]
                 h = head.layer_forward(head.embed(d[:, None]), h, step_pos, cache=self.cache)
         return torch.stack(drafts, 1), torch.stack(qs, 1)

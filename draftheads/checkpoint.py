@@ -9,6 +9,11 @@ Three layouts, each ``config.json`` + ``model.safetensors``:
 * speculators (``export_speculators``): ``Eagle3Speculator`` for vLLM, keys ``layers.0.*`` instead of
   ``midlayer.*``.
 
+An EAGLE 3.1 head adds ``fc_norm.{i}.weight`` (one per fused layer; the same key in both engine layouts) and
+the top-level ``config.json`` keys ``"fc_norm": true`` / ``"norm_output": true``, which vLLM
+(``llama_eagle3.py``, and ``update_eagle3`` for the speculators layout), SGLang, SpecForge and speculators
+read. They are written only when on: absent means off everywhere.
+
 A ``.gguf`` file (llama.cpp's EAGLE-3 head, :mod:`.gguf_head`) is loaded by ``load_head`` too (layout ``gguf``).
 
 Layer ids: vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (first) in ``output_hidden_states``
@@ -72,6 +77,7 @@ def eagle3_config_dict(head: Eagle3Head) -> dict[str, Any]:
         "draft_vocab_size": cfg.draft_vocab_size,
         "target_hidden_size": cfg.target_hidden_size,
         "norm_before_residual": cfg.norm_before_residual,
+        **_eagle31_keys(cfg),
         "eagle_aux_hidden_state_layer_ids": list(cfg.fused_layer_ids),
         "eagle_config": {
             "use_aux_hidden_state": True,
@@ -100,6 +106,7 @@ def speculators_config_dict(head: Eagle3Head, *, speculative_tokens: int = 3,
         "draft_vocab_size": cfg.draft_vocab_size,
         "target_hidden_size": cfg.target_hidden_size,
         "norm_before_residual": cfg.norm_before_residual,  # vLLM assumes True when absent
+        **_eagle31_keys(cfg),
         "eagle_aux_hidden_state_layer_ids": list(cfg.fused_layer_ids),
         "speculators_config": {
             "algorithm": "eagle3",
@@ -263,6 +270,7 @@ def _from_engine_layout(raw: dict[str, Any], layout: str, path: Path, target_con
         rms_norm_eps=layer.get("rms_norm_eps", 1e-6), hidden_act=layer.get("hidden_act", "silu"),
         norm_before_residual=norm_before_residual,
         target_name_or_path=target_name_or_path or prov.get("target_name_or_path") or name,
+        **_eagle31_from(raw, path),
     )
     state = {_rename(k, "layers.0.", "midlayer."): v for k, v in _read_state(path).items()}
     _complete_vocab_maps(state, config, path)
@@ -299,6 +307,23 @@ def _llama_layer_dict(head: Eagle3Head) -> dict[str, Any]:
         "tie_word_embeddings": False,  # SGLang would otherwise use embed_tokens as lm_head
         "torch_dtype": dtype_name(head.dtype),
     }
+
+
+def _eagle31_keys(cfg: Eagle3Config) -> dict[str, bool]:
+    """The EAGLE 3.1 switches that are on, as the engines' top-level ``config.json`` keys. An off switch is left
+    out rather than written false: SpecForge before its PR #879 reads an absent ``norm_output`` as the EAGLE-3
+    output but a written ``false`` as "no final norm before lm_head"."""
+    return {name: True for name in ("fc_norm", "norm_output") if getattr(cfg, name)}
+
+
+def _eagle31_from(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``fc_norm`` / ``norm_output`` of an engine-layout ``config.json`` (top level, as vLLM and SGLang read
+    them; absent = off). ``norm_before_fc`` (one RMSNorm over the whole concatenation, weight ``input_norm``,
+    gpt-oss style) is a different norm this head does not have: refused by name."""
+    if raw.get("norm_before_fc") or (raw.get("eagle_config") or {}).get("norm_before_fc"):
+        raise ValueError(f"{path / CONFIG_FILE}: norm_before_fc is true (one RMSNorm over the concatenated features, "
+                         "weight input_norm): Eagle3Head has no such norm (fc_norm, one norm per fused layer, it has)")
+    return {name: False if raw.get(name) is None else raw[name] for name in ("fc_norm", "norm_output")}
 
 
 def _check_exportable(head: Eagle3Head) -> None:

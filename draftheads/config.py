@@ -39,6 +39,12 @@ class Eagle3Config:
     (frozen, unsaved) embedding, whose width is the target's. ``fused_layer_ids`` defaults to
     ``default_layer_ids(target_num_hidden_layers)``. ``norm_before_residual=False`` is the
     EAGLE/SpecForge layer (residual = un-normed fused hidden); ``True`` is speculators' variant.
+
+    EAGLE 3.1 is ``fc_norm=True, norm_output=True`` (each alone is an ablation; both off = EAGLE-3):
+    ``fc_norm`` puts an RMSNorm (width ``target_hidden_size``, one per fused layer) on each fused target
+    feature before ``fc``; ``norm_output`` feeds the final-normed hidden, the one ``lm_head`` reads, to the
+    next draft step instead of the pre-norm one. The names are the ``config.json`` keys vLLM, SGLang,
+    SpecForge and speculators read.
     """
 
     hidden_size: int
@@ -58,6 +64,8 @@ class Eagle3Config:
     hidden_act: str = "silu"
     norm_before_residual: bool = False
     target_name_or_path: str = ""
+    fc_norm: bool = False
+    norm_output: bool = False
 
     def __post_init__(self):
         for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
@@ -111,8 +119,9 @@ class Eagle3Config:
         self.rms_norm_eps = _positive_number("rms_norm_eps", self.rms_norm_eps)
         if self.hidden_act != "silu":
             raise ValueError(f"hidden_act: only 'silu' (SwiGLU, as in the engines' Llama MLP), got {self.hidden_act!r}")
-        if not isinstance(self.norm_before_residual, bool):
-            raise ValueError(f"norm_before_residual must be a bool, got {self.norm_before_residual!r}")
+        for name in ("norm_before_residual", "fc_norm", "norm_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.target_name_or_path, str):
             raise ValueError(f"target_name_or_path must be a str, got {self.target_name_or_path!r}")
 

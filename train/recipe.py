@@ -65,6 +65,11 @@ class HeadConfig:
     # the top fused feature through (an identity block added to its random init). On SmolLM2 it reached the
     # random init's step-150 agreement at step 100 (BENCHMARKS.md). random: PyTorch's default.
     layer_init: Literal["random", "target"] = "random"
+    # EAGLE 3.1 is both true (either alone is an ablation; both false = EAGLE-3). fc_norm: an RMSNorm on each
+    # fused target feature before fc. norm_output: the final-normed hidden (the one lm_head reads) is fed to the
+    # next draft step instead of the pre-norm one. Same names as Eagle3Config and the engines' config.json keys.
+    fc_norm: bool = False
+    norm_output: bool = False
 
 
 @dataclass
@@ -187,8 +192,13 @@ def head_vocab_size(head: HeadConfig, target_vocab: int) -> int:
 def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> Eagle3Head:
     if cfg.head.init_from:
         head = ckpt_io.load_head(cfg.head.init_from, target_config=target.config)
+        for name in ("fc_norm", "norm_output"):  # an architecture switch: the saved run config must tell the truth
+            if getattr(head.config, name) != getattr(cfg.head, name):
+                raise ValueError(f"head.{name}={getattr(cfg.head, name)}, but the head in head.init_from="
+                                 f"{cfg.head.init_from} has {name}={getattr(head.config, name)}; set head.{name} "
+                                 "to match it")
         return head
-    overrides = {}
+    overrides = {"fc_norm": cfg.head.fc_norm, "norm_output": cfg.head.norm_output}
     if cfg.head.fused_layer_ids is not None:
         overrides["fused_layer_ids"] = list(cfg.head.fused_layer_ids)
     if cfg.head.intermediate_size is not None:

@@ -30,12 +30,14 @@ def tiny_config(**overrides) -> Eagle3Config:
 
 
 def randomise(head: Eagle3Head, seed: int = 0) -> Eagle3Head:
-    """Random weights everywhere (norm gains too, so a swapped norm would show) and a random draft vocab."""
+    """Random weights everywhere (norm gains too, so a swapped norm would show) and a random draft vocab.
+    A norm gain (``*norm.weight``, and EAGLE 3.1's ``fc_norm.{i}.weight``) is drawn around 1."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in head.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1.0 + 0.2 * noise if name.endswith("norm.weight") else 0.2 * noise)
+            gain = name.endswith("norm.weight") or name.startswith("fc_norm.")
+            p.copy_(1.0 + 0.2 * noise if gain else 0.2 * noise)
         cfg = head.config
         counts = torch.randint(0, 50, (cfg.target_vocab_size,), generator=gen)
         head.set_vocab(*build_draft_vocab(counts, cfg.draft_vocab_size))

@@ -22,10 +22,20 @@ def target():
     return tiny_llama(seed=0, layers=4, vocab=V)
 
 
-def make_head(target, draft_vocab=40, seed=5):
-    cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=draft_vocab)
+EAGLE31 = {"fc_norm": True, "norm_output": True}
+
+
+def make_head(target, draft_vocab=40, seed=5, **switches):
+    """A seeded head; ``switches`` (EAGLE 3.1's fc_norm / norm_output) also get random norm gains around 1,
+    so their norms are not the identity."""
+    cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=draft_vocab, **switches)
     torch.manual_seed(seed)
     head = Eagle3Head(cfg)
+    if switches:
+        with torch.no_grad():
+            for name, p in head.named_parameters():
+                if name.startswith(("fc_norm.", "norm.")):
+                    p.uniform_(0.5, 1.5)
     counts = torch.randint(0, 50, (V,), generator=torch.Generator().manual_seed(seed))
     head.set_vocab(*build_draft_vocab(counts, draft_vocab))
     head.bind_embedding(target.get_input_embeddings())
@@ -41,11 +51,11 @@ def features(target, head, ids, amask=None):
             "fused": cap.fused(), "final_hidden": cap.final_hidden}
 
 
-@pytest.mark.parametrize("depth", [1, 3, 7])
-def test_rollout_step_i_equals_real_drafter_i_steps_deep(target, depth):
+@pytest.mark.parametrize("depth,switches", [(1, {}), (3, {}), (7, {}), (3, EAGLE31), (3, {"norm_output": True})])
+def test_rollout_step_i_equals_real_drafter_i_steps_deep(target, depth, switches):
     """On a sequence continued by the head's own drafts, rollout step i at the last prompt row gives
-    the same distribution as the real drafter at depth i (float32)."""
-    head = make_head(target)
+    the same distribution as the real drafter at depth i (float32); EAGLE 3.1 heads too."""
+    head = make_head(target, **switches)
     prompt = torch.randint(0, V, (1, 9), generator=torch.Generator().manual_seed(depth))
     runner = RaggedCacheLM(target, list(head.config.fused_layer_ids))
     runner.reset(1)
@@ -199,8 +209,9 @@ def test_rollout_without_accuracy_has_the_same_loss_and_gradients(target, draft_
         torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-6, rtol=1e-5)
 
 
-def test_gradients_and_checkpointing_agree(target):
-    head = make_head(target)
+@pytest.mark.parametrize("switches", [{}, EAGLE31])
+def test_gradients_and_checkpointing_agree(target, switches):
+    head = make_head(target, **switches)
     seq = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(8))
     batch = features(target, head, seq)
     lm_w = target.get_output_embeddings().weight
@@ -211,7 +222,8 @@ def test_gradients_and_checkpointing_agree(target):
         grads.append({n: p.grad.clone() for n, p in head.named_parameters()})
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-6, rtol=1e-5)
-    assert all(g.abs().sum() > 0 for g in grads[0].values())
+    assert all(g.abs().sum() > 0 for g in grads[0].values())  # EAGLE 3.1's fc_norm gains are trained too
+    assert ("fc_norm.0.weight" in grads[0]) == bool(switches)
 
 
 def test_bad_arguments(target):
