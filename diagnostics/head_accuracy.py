@@ -44,30 +44,56 @@ def heads_accuracy(target, tok, head_dirs: list[str], texts: list[str], *, max_n
     continuations, generated once; the target's features are computed once per set of fused layers.
     ``decode_check=False`` skips the gamma-1 speculative decoding (the costly part: one decode per head)."""
     greedy = SamplingConfig(temperature=0.0)
+    sequences = target_continuations(target, tok, texts, max_new_tokens=max_new_tokens)
     drafters = [load_eagle_drafter(d, target) for d in head_dirs]
-    sequences, prompts = [], []
-    for text in texts:
-        ids = torch.tensor([encode_prompt(tok, text)])
-        new = vanilla_generate(target, ids, sampling=greedy, max_new_tokens=max_new_tokens).tokens[0]
-        sequences.append((torch.cat([ids, torch.tensor([new])], 1), ids.shape[1]))
-        prompts.append(ids)
-    agreements = rollout_agreements(target, [d.head for d in drafters], sequences, depth)
     out = []
-    for head_dir, drafter, (correct, counts) in zip(head_dirs, drafters, agreements):
-        acc = (correct / counts.clamp_min(1)).tolist()
-        rec = {"head": str(head_dir), "prompts": len(texts), "max_new_tokens": max_new_tokens,
-               "accuracy_by_depth": [round(a, 4) for a in acc], "positions_by_depth": counts.long().tolist(),
-               "predicted_greedy_tau_by_gamma": predicted_greedy_tau(acc)}
+    for drafter, rec in zip(drafters, agreement_records(target, drafters, head_dirs, sequences, depth)):
+        rec = {"head": rec.pop("head"), "prompts": len(texts), "max_new_tokens": max_new_tokens, **rec}
         if decode_check:
             accepted = rounds = 0
-            for ids in prompts:
-                spec = speculative_generate(target, drafter, ids, gamma=1, sampling=greedy,
+            for seq, prompt_len in sequences:
+                spec = speculative_generate(target, drafter, seq[:, :prompt_len], gamma=1, sampling=greedy,
                                             max_new_tokens=max_new_tokens)
                 accepted += sum(r.accepted[0] for r in spec.rounds)
                 rounds += len(spec.rounds)
             rec.update(gamma1_first_draft_acceptance=round(accepted / max(rounds, 1), 4), gamma1_rounds=rounds)
         out.append(rec)
     return out
+
+
+def target_continuations(target, tok, texts: list[str], *, max_new_tokens: int = 64) -> list[tuple[torch.Tensor, int]]:
+    """``(prompt + the target's greedy continuation [1, T], prompt length)`` per text: what every head is
+    measured on."""
+    greedy = SamplingConfig(temperature=0.0)
+    sequences = []
+    for text in texts:
+        ids = torch.tensor([encode_prompt(tok, text)])
+        new = vanilla_generate(target, ids, sampling=greedy, max_new_tokens=max_new_tokens).tokens[0]
+        sequences.append((torch.cat([ids, torch.tensor([new])], 1), ids.shape[1]))
+    return sequences
+
+
+def agreement_records(target, drafters: list, head_dirs: list, sequences: list[tuple[torch.Tensor, int]],
+                      depth: int) -> list[dict]:
+    """Per head (drafters from ``load_eagle_drafter``, named by ``head_dirs``): its agreement by depth over
+    ``sequences`` (:func:`target_continuations`), the positions counted and the greedy tau it predicts."""
+    agreements = rollout_agreements(target, [d.head for d in drafters], sequences, depth)
+    out = []
+    for head_dir, (correct, counts) in zip(head_dirs, agreements):
+        acc = (correct / counts.clamp_min(1)).tolist()
+        out.append({"head": str(head_dir), "accuracy_by_depth": [round(a, 4) for a in acc],
+                    "positions_by_depth": counts.long().tolist(),
+                    "predicted_greedy_tau_by_gamma": predicted_greedy_tau(acc)})
+    return out
+
+
+def load_texts(prompts: str, max_prompts: int) -> list[str]:
+    """The first ``max_prompts`` prompt texts of a prompt set (``mt-bench``, ``humaneval``, a JSONL file) or of
+    ``demo-heldout`` (the demo's held-out excerpts, 360 characters, as the demo cuts them). A ValueError
+    names a prompt set that does not load."""
+    if prompts == "demo-heldout":
+        return [cut for _, cut in heldout_excerpts(360)][:max_prompts]
+    return [pr.text for pr in load_prompt_set(prompts)][:max_prompts]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,14 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.prompts == "demo-heldout":  # the demo's held-out excerpts (360 characters, as the demo cuts them)
-        texts = [cut for _, cut in heldout_excerpts(360)][: args.max_prompts]
-    else:
-        try:
-            texts = [pr.text for pr in load_prompt_set(args.prompts)][: args.max_prompts]
-        except ValueError as exc:
-            print(f"head_accuracy: error: {exc}", file=sys.stderr)
-            return 2
+    try:
+        texts = load_texts(args.prompts, args.max_prompts)
+    except ValueError as exc:
+        print(f"head_accuracy: error: {exc}", file=sys.stderr)
+        return 2
     target, tok = load_target(args.target, dtype=torch.float32)
     for rec in heads_accuracy(target, tok, args.head, texts, max_new_tokens=args.max_new_tokens, depth=args.depth,
                               decode_check=not args.no_decode_check):

@@ -3,12 +3,20 @@
 Reads top to bottom: set up accelerate -> target, data, draft vocabulary, head -> optimizer and
 schedule -> resume -> steps (micro-batches, global loss-token normalisation, clip, step) -> logs and
 checkpoints -> final head and export.
+
+Each save also writes a head-only snapshot, ``output_dir/snapshots/step_N`` (the head in the layout
+``load_head`` reads, plus ``snapshot.json``: step, answer tokens trained, time), that is never pruned: the
+learning curve (``python -m eaglehead.diagnostics.learning_curve``) measures every one of them. Answer tokens
+trained are the step-0 loss tokens summed over processes and micro-batches, carried through resumes in
+``trainer_state.json``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +171,10 @@ class _Run:
     store: CheckpointStore
     start: int  # first step to run (> 0 when resumed)
     autocast: bool = False  # bfloat16 autocast of the forward (optim.autocast)
+    # Answer (step-0 loss) tokens trained, over every process; counted from step answer_tokens_since (0 unless
+    # resumed from a checkpoint written before the count existed).
+    answer_tokens: int = 0
+    answer_tokens_since: int = 0
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -186,7 +198,11 @@ def train(cfg: TrainConfig) -> dict:
             last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
             window = _new_window(depth)
         if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
-            run.store.save(accelerator, done, {"step": done, "epoch": epoch}, cfg)
+            state = {"step": done, "epoch": epoch, "answer_tokens": run.answer_tokens,
+                     "answer_tokens_since_step": run.answer_tokens_since}
+            # The snapshot first: a kill between the two re-trains to this step and writes it again.
+            save_snapshot(accelerator, run.model, Path(cfg.output_dir), state)
+            run.store.save(accelerator, done, state, cfg)
     bar.close()
     return _finish(accelerator, run.model, cfg, Path(cfg.output_dir), last)
 
@@ -225,13 +241,11 @@ def _setup(cfg: TrainConfig) -> _Run:
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
     store = CheckpointStore(out_dir, cfg.keep_checkpoints)
-    start = 0
+    start = tokens = since = 0
     resume_from = store.latest() if cfg.resume == "auto" else (None if cfg.resume == "never" else Path(cfg.resume))
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
-        start = json.loads((resume_from / "trainer_state.json").read_text())["step"]
-        if main:
-            print(f"resuming from {resume_from} at step {start}")
+        start, tokens, since = _resumed_counts(resume_from, main)
     if main:
         _record_launch(out_dir, start, accelerator.num_processes)
     if cfg.report_to == "wandb":
@@ -240,7 +254,57 @@ def _setup(cfg: TrainConfig) -> _Run:
         accelerator.init_trackers(cfg.wandb_project, config=dump_config(cfg))
     data = data_order(cfg, dataset, collate, accelerator.num_processes, accelerator.process_index)
     return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start,
-                autocast=cfg.optim.uses_autocast(accelerator.device))
+                autocast=cfg.optim.uses_autocast(accelerator.device), answer_tokens=tokens, answer_tokens_since=since)
+
+
+def _resumed_counts(checkpoint: Path, main: bool) -> tuple[int, int, int]:
+    """(step, answer tokens trained, the step they are counted from) of a checkpoint's ``trainer_state.json``.
+    A checkpoint written before the count existed restarts it at 0 from its own step, and says so."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    step = state["step"]
+    if "answer_tokens" not in state:
+        if main:
+            print(f"note: {checkpoint} does not record the answer tokens trained; counting them from step {step}")
+        return step, 0, step
+    if main:
+        print(f"resuming from {checkpoint} at step {step} ({state['answer_tokens']} answer tokens trained)")
+    return step, int(state["answer_tokens"]), int(state.get("answer_tokens_since_step", 0))
+
+
+SNAPSHOTS_DIR, SNAPSHOT_FILE = "snapshots", "snapshot.json"
+
+
+def save_snapshot(accelerator, model, out_dir: Path, state: dict) -> Path:
+    """Write the head of this step to ``out_dir/snapshots/step_N`` (our head layout plus ``snapshot.json``:
+    ``state`` and the time), renamed into place so a reader never sees half a snapshot. Collective: every
+    process calls it (under ZeRO-3 the head's shards are gathered)."""
+    head = _whole_head(accelerator, model)
+    final = out_dir / SNAPSHOTS_DIR / f"step_{state['step']}"
+    if head is not None:
+        from datetime import datetime, timezone
+
+        tmp = final.with_name(f".{final.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        ckpt_io.save_pretrained(head, tmp)
+        utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        (tmp / SNAPSHOT_FILE).write_text(json.dumps({**state, "utc": utc}, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def _whole_head(accelerator, model):
+    """A copy of the head with all its weights on the main process (None on the others). Collective: under
+    ZeRO-3 ``get_state_dict`` gathers the sharded parameters; elsewhere it is the plain state dict."""
+    state = accelerator.get_state_dict(model)
+    if not accelerator.is_main_process:
+        return None
+    head = accelerator.unwrap_model(model).head
+    with torch.random.fork_rng(devices=[]):  # a fresh module's init must not move the training RNG
+        whole = type(head)(head.config)
+    whole.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+    return whole
 
 
 def _record_launch(out_dir: Path, start: int, processes: int) -> None:
@@ -318,6 +382,8 @@ def _step(cfg: TrainConfig, run: _Run, step: int, window: dict) -> int:
         window["tokens"] += int(b["attention_mask"].sum())
     run.scheduler.step()
     window["loss"] += float(accelerator.reduce(step_loss, reduction="sum"))
+    # Step 0 trains every answer token once; read after the line above has waited for the device anyway.
+    run.answer_tokens += int(norms[0])
     window["steps"] += 1
     return micro[-1][1]
 
@@ -346,14 +412,9 @@ def _log(accelerator, window, step, epoch, scheduler, path: Path, bar, cfg: Trai
 
 def _finish(accelerator, model, cfg: TrainConfig, out_dir: Path, last: dict) -> dict:
     accelerator.wait_for_everyone()
-    head = accelerator.unwrap_model(model).head
-    # Collective: under ZeRO-3 this gathers the sharded parameters; elsewhere it is the plain state dict.
-    state = accelerator.get_state_dict(model)
+    head = _whole_head(accelerator, model)
     summary = {"step": last.get("step"), "metrics": last, "head": str(out_dir / "head")}
     if accelerator.is_main_process:
-        whole = type(head)(head.config)
-        whole.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
-        head = whole
         ckpt_io.save_pretrained(head, out_dir / "head", overwrite=True)
         if cfg.export:
             try:
