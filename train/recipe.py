@@ -110,6 +110,11 @@ class OptimConfig:
     # bfloat16 autocast of the head's forward and loss (weights, gradients and optimizer state stay float32):
     # "auto" = on CUDA or a CPU with native bf16 (avx512_bf16 / amx_bf16), "none" = float32 throughout.
     autocast: Literal["none", "bfloat16", "auto"] = "none"
+    # Learning-rate schedule after the warmup: "cosine" decays to 0 at max_steps; "wsd" (warmup-stable-decay) holds
+    # the peak and decays linearly to 0 over the last decay_steps, so a long run can be stopped on its learning
+    # curve: resume it with max_steps = the current step + decay_steps and it anneals from there.
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    decay_steps: int = 0  # wsd only: steps of the final linear decay (0: none, the rate stays at its peak)
 
     def uses_autocast(self, device: torch.device) -> bool:
         """Whether this run's forward is autocast to bfloat16 on ``device``."""
@@ -119,6 +124,9 @@ class OptimConfig:
         for name in ("max_steps", "micro_batch_size", "grad_accum"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)}")
+        if self.decay_steps < 0 or (self.schedule == "cosine" and self.decay_steps):
+            raise ValueError(f"decay_steps: expected an integer >= 0, used only with schedule: wsd; got "
+                             f"{self.decay_steps} with schedule {self.schedule!r}")
         if self.length_grouping < 0:
             raise ValueError(f"length_grouping: expected 0 (off) or a positive number of micro-batches, "
                              f"got {self.length_grouping}")
@@ -293,6 +301,16 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def lr_factor(opt: OptimConfig, step: int) -> float:
+    """The learning rate at optimizer step ``step`` as a fraction of ``opt.lr`` (``opt.schedule``)."""
+    if opt.schedule == "cosine":
+        return cosine_with_warmup(step, opt.warmup_steps, opt.max_steps)
+    if step < opt.warmup_steps:
+        return (step + 1) / opt.warmup_steps
+    start = opt.max_steps - opt.decay_steps
+    return 1.0 if step < start else max(0.0, (opt.max_steps - step) / max(1, opt.decay_steps))
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -390,6 +408,6 @@ def describe_vocab(head: Eagle3Head, counts: torch.Tensor | None) -> str:
 
 __all__ = [
     "TrainConfig", "ModelConfig", "HeadConfig", "RolloutConfig", "OptimConfig", "RolloutModule", "CheckpointStore",
-    "build_head", "init_output_from_target", "cosine_with_warmup", "load_recipe_target", "save_token_counts",
+    "build_head", "init_output_from_target", "cosine_with_warmup", "lr_factor", "load_recipe_target", "save_token_counts",
     "load_token_counts", "describe_vocab", "dump_config", "count_loss_tokens",
 ]

@@ -36,7 +36,7 @@ from .recipe import (
     RolloutModule,
     TrainConfig,
     build_head,
-    cosine_with_warmup,
+    lr_factor,
     data_config,
     describe_vocab,
     load_recipe_target,
@@ -235,7 +235,7 @@ def _setup(cfg: TrainConfig) -> _Run:
     opt = cfg.optim
     optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: cosine_with_warmup(s, opt.warmup_steps, opt.max_steps))
+        optimizer, lambda s: lr_factor(opt, s))
     # The schedule is stepped by hand once per optimizer step: accelerate's wrapper would step it once
     # per process (it assumes each process sees 1/N of an epoch), which changes the schedule with N.
     model, optimizer = accelerator.prepare(model, optimizer)
