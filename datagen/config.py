@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from eaglehead.builtin.typed_config import dump_config, omit_added_later
 from eaglehead.decode import sample_from, sample_inverse_cdf
 
+from .task_prompts import VERSIONS as TASK_PROMPT_VERSIONS
+
 # How a token is drawn from the target's distribution: both draw from the same law, they differ in cost and in
 # the stream a seed gives. "inverse-cdf" (one uniform per row) costs ~2 ms a step at batch 32 and a 49152-token
 # vocabulary on a CPU, "exponential-race" (one exponential per vocabulary entry) 52-69 ms, 13 % of the sampler's
@@ -40,6 +42,9 @@ class SynthesisConfig:
     # seed prompts of the eight chat-benchmark categories (writing, roleplay, reasoning, math, coding,
     # extraction, stem, humanities; eaglehead.datagen.task_prompts), each with a follow-up of its category
     category_prompts: int = 0
+    # whose makers write them: 1, the shipped data's (~200 unique a category); 2, longer lists and more kinds of
+    # task (over 1000 a category, no two differing in one word; eaglehead.datagen.task_prompts_v2)
+    task_prompts_version: int = 1
     second_turn_fraction: float = 0.25  # conversations that get a follow-up user turn and answer
     temperature: float = 1.0
     top_p: float | None = 0.95
@@ -52,6 +57,9 @@ class SynthesisConfig:
         for name in ("magpie_prompts", "stdlib_prompts", "pydoc_prompts", "category_prompts"):
             if getattr(self, name) < 0:
                 raise ValueError(f"synthesis.{name} must be >= 0, got {getattr(self, name)}")
+        if self.task_prompts_version not in TASK_PROMPT_VERSIONS:
+            raise ValueError(f"synthesis.task_prompts_version: expected one of {sorted(TASK_PROMPT_VERSIONS)}, got "
+                             f"{self.task_prompts_version!r}")
         if not 0.0 <= self.second_turn_fraction <= 1.0:
             raise ValueError(f"synthesis.second_turn_fraction must be in [0, 1], got {self.second_turn_fraction}")
         if self.max_new_tokens < 1 or self.max_rounds < 1 or self.overlap_ngram < 1:
@@ -196,7 +204,7 @@ def shard_defining(cfg: ChatDataConfig) -> dict:
 # they stay out of the saved config, so the directories remain valid. (The client settings of the engines are not
 # here: shard_defining drops them whatever their value.)
 ADDED_LATER = {("synthesis", "category_prompts"): 0, (None, "sampler"): "exponential-race",
-               ("regenerate", "engine"): "torch"}
+               ("regenerate", "engine"): "torch", ("synthesis", "task_prompts_version"): 1}
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, object]:

@@ -257,7 +257,7 @@ def synthesise_prompts(target: _Target, cfg: ChatDataConfig, out: Path) -> tuple
     stats["magpie_rounds"] = rounds
     seeds = cd.stdlib_task_prompts(s.stdlib_prompts, cfg.seed) + cd.pydoc_topic_prompts(s.pydoc_prompts, cfg.seed)
     if s.category_prompts:
-        seeds += category_task_prompts(s.category_prompts, cfg.seed)
+        seeds += category_task_prompts(s.category_prompts, cfg.seed, version=s.task_prompts_version)
     prompts = magpie + [p for p in seeds if admit(p)]
     for p in prompts:  # a seeded follow-up that overlaps a benchmark is dropped (that conversation gets Magpie's)
         hit = flt.hit(p["followup"]) if p.get("followup") else None

@@ -8,13 +8,22 @@ shorter", "add tests"): benchmarks ask a second turn that refers to the first an
 never saw one drafts it badly. None of this text is taken from a benchmark; the data pipeline still
 removes any prompt or follow-up sharing a word n-gram with one (``eaglehead.datagen.chat_data.OverlapFilter``).
 
+This file's makers are version 1 (``synthesis.task_prompts_version: 1``, ~200 unique prompts a category): the
+shipped data set was written from them, so they stay as they are. Version 2 (:mod:`eaglehead.datagen.task_prompts_v2`)
+has longer lists and more kinds of task, for 1000 and more a category.
+
     category_task_prompts(800, seed=0)   # [{"source": "task:writing", "prompt": ..., "followup": ...}, ...]
+    category_task_prompts(8000, seed=1, version=2)
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Callable
+
+from .chat_data import words
+from .task_prompts_v2 import MAKERS as MAKERS_V2
 
 CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
@@ -365,29 +374,47 @@ MAKERS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "writing": _writing, "roleplay": _roleplay, "reasoning": _reasoning, "math": _math, "coding": _coding,
     "extraction": _extraction, "stem": _stem, "humanities": _humanities,
 }
+VERSIONS = {1: MAKERS, 2: MAKERS_V2}  # synthesis.task_prompts_version -> the makers of each category
 
 
-def category_task_prompts(count: int, seed: int = 0, *, max_tries: int = 200) -> list[dict]:
-    """``count`` unique prompts, spread evenly over :data:`CATEGORIES` (round robin), reproducible by ``seed``.
+def category_task_prompts(count: int, seed: int = 0, *, version: int = 1, max_tries: int = 200) -> list[dict]:
+    """``count`` unique prompts, spread evenly over :data:`CATEGORIES` (round robin), reproducible by ``seed``,
+    made by the makers of ``version`` (:data:`VERSIONS`; 1 reproduces the shipped data's prompts).
 
     Each is ``{"source": "task:<category>", "prompt": str, "followup": str}``. Raises ``ValueError`` saying how
     many unique prompts a category yielded when it cannot give its share (the word lists are finite).
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
+    if version not in VERSIONS:
+        raise ValueError(f"task prompts version must be one of {sorted(VERSIONS)}, got {version!r}")
+    makers = VERSIONS[version]
     rngs = {c: random.Random(f"{seed}:{c}") for c in CATEGORIES}
     seen: set[str] = set()
+    near: set[bytes] = set()  # from version 2: the one-word masks of every prompt kept
     out = []
     for i in range(count):
         cat = CATEGORIES[i % len(CATEGORIES)]
         for _ in range(max_tries):
-            prompt, followup = MAKERS[cat](rngs[cat])
-            if prompt not in seen:
+            prompt, followup = makers[cat](rngs[cat])
+            masks = one_word_masks(prompt) if version > 1 else set()
+            if prompt not in seen and not masks & near:
                 break
         else:
             made = sum(p["source"] == f"task:{cat}" for p in out)
             raise ValueError(f"synthesis.category_prompts={count}: category {cat!r} gave only {made} unique prompts "
                              f"({max_tries} tries for the next one); ask for fewer")
         seen.add(prompt)
+        near |= masks
         out.append({"source": f"task:{cat}", "prompt": prompt, "followup": followup})
     return out
+
+
+def one_word_masks(text: str) -> set[bytes]:
+    """A key for each word of ``text`` (as :func:`~eaglehead.datagen.chat_data.words` splits it) with that word
+    masked: two texts that differ in one word only share one. Version 2 keeps no such pair ("Explain entropy" and
+    "Explain friction" teach a head one thing twice); blake2b, not ``hash``, so the choice is the same in every
+    process."""
+    w = words(text)
+    return {hashlib.blake2b(" ".join(w[:i] + ["\0"] + w[i + 1:]).encode(), digest_size=8).digest()
+            for i in range(len(w))}

@@ -165,8 +165,8 @@ def test_category_prompts_bring_their_own_follow_up_and_overlapping_follow_ups_a
     turn2 = load_mtbench()[3].turns[1]
     real = datagen.category_task_prompts
 
-    def planted(n, seed=0):
-        rows = real(n, seed)
+    def planted(n, seed=0, **kw):
+        rows = real(n, seed, **kw)
         rows[0]["followup"] = turn2  # a benchmark follow-up: must not reach the data
         return rows
 
