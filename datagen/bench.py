@@ -7,9 +7,10 @@ running OpenAI-compatible server.
         --repeats 2 --engines torch:float32,torch:bfloat16,hf-generate,llama.cpp:as-is:8,llama.cpp:float16:8
     python -m eaglehead.datagen.bench --engines openai --base-url http://127.0.0.1:8000/v1 --model <name>
 
-Engines (``--engines``, comma-separated): ``torch[:dtype]`` (the sampler of ``regenerate.engine: torch``, one per
-``--samplers``), ``hf-generate[:dtype]``, ``llama.cpp[:as-is|float32|float16[:slots]]`` (``regenerate.engine:
-llama.cpp``; the server starts before the first timed call and is not timed), ``openai`` (``--base-url``, ``--model``,
+Engines (``--engines``, comma-separated): ``torch[:dtype[:batch]]`` (the sampler of ``regenerate.engine: torch``,
+one per ``--samplers``; batch: rows decoded together, default ``--batch-size``), ``hf-generate[:dtype[:batch]]``,
+``llama.cpp[:as-is|float32|float16[:slots]]`` (``regenerate.engine: llama.cpp``; the server starts before the first
+timed call and is not timed), ``openai`` (``--base-url``, ``--model``,
 ``--api-key-env``). Prompts are standard-library seed prompts, chat-templated, sorted by length as the data
 generator sorts them; tokens counted = new tokens up to and including the first EOS. Per call: tokens/s, this
 process's CPU seconds, the server process's CPU seconds and the hypervisor's steal; for a server, the client's
@@ -39,12 +40,12 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_i
 
 
 class _Torch:
-    def __init__(self, model, args, sampler: str):
-        self.model, self.args, self.sampler = model, args, sampler
+    def __init__(self, model, args, sampler: str, batch_size: int):
+        self.model, self.args, self.sampler, self.batch_size = model, args, sampler, batch_size
 
     def __call__(self, rows, eos, pad, seed) -> int:
         a = self.args
-        toks, _ = sample_stream(self.model, rows, batch_size=a.batch_size,
+        toks, _ = sample_stream(self.model, rows, batch_size=self.batch_size,
                                 sampling=SamplingConfig(temperature=a.temperature),
                                 max_new_tokens=a.max_new_tokens, eos_ids=eos, pad_id=pad,
                                 generator=torch.Generator().manual_seed(seed), sampler=self.sampler)
@@ -52,14 +53,14 @@ class _Torch:
 
 
 class _HFGenerate:
-    def __init__(self, model, args):
-        self.model, self.args = model, args
+    def __init__(self, model, args, batch_size: int):
+        self.model, self.args, self.batch_size = model, args, batch_size
 
     def __call__(self, rows, eos, pad, seed) -> int:
         a, n = self.args, 0
         torch.manual_seed(seed)
-        for j in range(0, len(rows), a.batch_size):
-            ids, mask = left_pad(rows[j:j + a.batch_size], pad, "cpu")
+        for j in range(0, len(rows), self.batch_size):
+            ids, mask = left_pad(rows[j:j + self.batch_size], pad, "cpu")
             out = self.model.generate(ids, attention_mask=mask, do_sample=True, temperature=a.temperature, top_k=0,
                                       top_p=1.0, max_new_tokens=a.max_new_tokens, eos_token_id=sorted(eos),
                                       pad_token_id=pad)
@@ -138,7 +139,7 @@ def _parse_args(argv):
                     help=f"comma-separated draw functions of the torch engine ({', '.join(SAMPLERS)}), "
                          "each its own method")
     ap.add_argument("--engines", default="torch,hf-generate",
-                    help="comma-separated: torch[:dtype], hf-generate[:dtype], "
+                    help="comma-separated: torch[:dtype[:batch]], hf-generate[:dtype[:batch]], "
                          "llama.cpp[:as-is|float32|float16[:slots]], openai")
     ap.add_argument("--base-url", help="engine openai: the server's URL, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", help="engine openai: the served model's name")
@@ -161,12 +162,13 @@ def _methods(ap, args, tok, model, stack) -> list[tuple[str, object]]:
         kind, *opts = spec.split(":")
         if kind in ("torch", "hf-generate"):
             dtype = opts[0] if opts else "float32"
+            batch = _batch_option(ap, spec, opts[1:], args.batch_size)
             if dtype not in models:
                 models[dtype] = load_target(args.target, dtype=dtype, device="cpu")[0]
             if kind == "hf-generate":
-                methods.append((f"hf-generate/{dtype}", _HFGenerate(models[dtype], args)))
+                methods.append((f"hf-generate/{dtype}/batch {batch}", _HFGenerate(models[dtype], args, batch)))
             else:
-                methods += [(f"torch/{dtype}/{x.strip()}", _Torch(models[dtype], args, x.strip()))
+                methods += [(f"torch/{dtype}/{x.strip()}/batch {batch}", _Torch(models[dtype], args, x.strip(), batch))
                             for x in args.samplers.split(",")]
         elif kind in ("llama.cpp", "openai"):
             label, server = _server(ap, args, tok, kind, opts)
@@ -174,6 +176,15 @@ def _methods(ap, args, tok, model, stack) -> list[tuple[str, object]]:
         else:
             ap.error(f"--engines: unknown engine {kind!r} in {spec!r} (torch, hf-generate, llama.cpp, openai)")
     return methods
+
+
+def _batch_option(ap, spec: str, opts: list[str], default: int) -> int:
+    """The rows decoded together named by ``torch:dtype:BATCH`` (else ``--batch-size``)."""
+    if not opts:
+        return default
+    if len(opts) > 1 or not opts[0].isdigit() or int(opts[0]) < 1:
+        ap.error(f"--engines: {spec!r}: expected torch[:dtype[:batch]] with a batch size >= 1")
+    return int(opts[0])
 
 
 def _server(ap, args, tok, kind, opts):
@@ -237,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: (statistics.median(x for x, _ in v), statistics.median(y for _, y in v)) for k, v in rates.items()}
     base = next((k for k in med if k.startswith("hf-generate")), None)
     print(f"median ({args.prompts} prompts, max_new_tokens {args.max_new_tokens}, T={args.temperature}, "
-          f"batch {args.batch_size}, threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f}):")
+          f"threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f}):")
     for name, (value, per_cpu) in sorted(med.items(), key=lambda kv: -kv[1][0]):
         ratio = f", {value / med[base][0]:.2f}x {base}" if base else ""
         print(f"  {name:32s} {value:7.1f} tok/s {per_cpu:6.1f} tok/cpu-s{ratio}")
