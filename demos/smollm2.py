@@ -52,9 +52,11 @@ from .smollm2_assets import (
 
 HEADLINE = "mt-bench"  # the evaluation the goals are measured on
 PEERS = ("draft-lm", "prompt-lookup", "hf-assisted")
-ALL_METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
-# Issue 13's goals (greedy, batch 1, MT-bench test split).
+ALL_METHODS = ("vanilla", "hf-generate", "eagle3", "eagle3-tree", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted")
+# Issue 13's goals (greedy, batch 1, MT-bench test split), and the tree's (issue 27): tau with at most 16 verified
+# draft tokens a round.
 TAU_GOAL, SPEEDUP_GOAL, SPEEDUP_STRETCH, CEILING_GOAL, EAGLE1_GOAL = 3.2, 1.6, 2.0, 0.9, 1.1
+TREE_TAU_GOAL, TREE_MAX_TOKENS = 2.1, 16
 
 
 # ----------------------------------------------------------------------------------------- sizes
@@ -64,7 +66,7 @@ def _base_sizes(size: str) -> dict:
     prompts are the subset ``mtbench`` picks from MT-bench's test split (both turns of each question)."""
     common = dict(gamma_mode="auto", repeats=2)
     if size == "tiny":  # one repeat: the tests' time goes to the 16 MT-bench prompts x 7 methods
-        common.update(max_new_tokens=8, gammas=(2, 3), repeats=1)
+        common.update(max_new_tokens=8, gammas=(2, 3), tree_tokens=(4,), repeats=1)
         return dict(
             mtbench=dict(test_per_category=1, tune_categories=("stem",)),
             evals={"mt-bench": dict(prompts="mt-bench", methods=ALL_METHODS, temperatures=(0.0,), batch_sizes=(1,),
@@ -88,7 +90,7 @@ def _base_sizes(size: str) -> dict:
     # (T(1) = 77 ms on an idle machine, prefill ~430 tokens/s) and ~4 s at batch 4: ~9.5 + 1.3 + 4 min, the
     # first-token check ~1 min, loading and reports ~0.5 min: ~16.5 min estimated. Measured here under load
     # (1 thread): vanilla ~3.5 s a call, 125 first-token samples in 38 s.
-    common.update(max_new_tokens=24, gammas=(3, 5))
+    common.update(max_new_tokens=24, gammas=(3, 5), tree_tokens=(8, TREE_MAX_TOKENS))
     return dict(
         # One test-split question per category (its two turns: 16 prompts) and one tune question (stem).
         mtbench=dict(test_per_category=1, tune_categories=("stem",)),
@@ -151,10 +153,10 @@ def stage_eval(out: Path, name: str, spec: dict, target: str, prompts: str, tune
                drafts: dict[str, Path]) -> tuple[dict, dict]:
     """One ``eaglehead eval`` run (report in ``out/eval_<name>``): (report, what it ran). Methods whose
     draft is not shipped are left out (only the optional EAGLE-1 ablation can be)."""
-    from eaglehead.eval.plan import PATH_OPTION, EvalPlan
+    from eaglehead.eval.plan import HEAD_OF, PATH_OPTION, EvalPlan
     from eaglehead.eval.runner import run_eval
 
-    methods = [m for m in spec["methods"] if m not in PATH_OPTION or m in drafts]
+    methods = [m for m in spec["methods"] if m not in PATH_OPTION or HEAD_OF.get(m, m) in drafts]
     settings = {k: v for k, v in spec.items() if k not in ("prompts", "methods")}
     plan = EvalPlan(target=target, prompts=prompts, drafts={m: str(p) for m, p in drafts.items()}, methods=methods,
                     out=str(out / f"eval_{name}"), overwrite=True, device="cpu", tune_fraction=tune_fraction,
@@ -225,6 +227,14 @@ def goals(report: dict) -> list[tuple[str, bool | None, str]]:
                  ms is not None and all(r["time_per_token_s"] is not None and ms < r["time_per_token_s"]
                                         for _, r in peers),
                  f"{_ms(ms)} ms/token vs " + ", ".join(f"{m} {_ms(r['time_per_token_s'])}" for m, r in peers)))
+    tree = pick_run(report, "eagle3-tree")
+    name = f"EAGLE-3 tree tau >= {TREE_TAU_GOAL} with at most {TREE_MAX_TOKENS} verified draft tokens"
+    if tree is None:
+        rows.append((name, None, "no eagle3-tree run: not evaluated"))
+    else:
+        rows.append((name, _ge(tree["tau"], TREE_TAU_GOAL) and tree["gamma"] <= TREE_MAX_TOKENS,
+                     f"{_f(tree['tau'])} ({tree['gamma']} tokens; {_f(tree['speedup'], unit='x')} vs "
+                     f"{tree['baseline_method']}; chain {_f(e3['tau'])})"))
     e1 = pick_run(report, "eagle1")
     name = f"EAGLE-3 tau >= {EAGLE1_GOAL}x the EAGLE-1 ablation's at the same gamma"
     if e1 is None:

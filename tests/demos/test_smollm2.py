@@ -94,15 +94,17 @@ def test_report_goals_and_category_turn_table(demo_run):
         rep = json.loads((demo_run / rel).read_text())
         assert rep["consistency_violations"] == [] and (demo_run / f"eval_{name}" / "report.html").is_file()
     head = json.loads((demo_run / "eval_mt-bench" / "report.json").read_text())
-    assert {r["method"] for r in head["runs"]} == {"vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm",
-                                                   "prompt-lookup", "hf-assisted"}
+    assert {r["method"] for r in head["runs"]} == {"vanilla", "hf-generate", "eagle3", "eagle3-tree", "eagle1",
+                                                   "draft-lm", "prompt-lookup", "hf-assisted"}
     assert summary["identity"] == {"mt-bench": True, "mt-bench-t0.7": True, "humaneval": True}
     goals = [g for g, _, _ in summary["goals"]]
     assert goals[0] == "EAGLE-3 tau >= 3.2"
     assert goals[1].startswith("EAGLE-3 time per token >= 1.6x better than the fastest non-speculative baseline")
     assert goals[2] == "stretch: >= 2.0x" and "chain ceiling" in goals[3]
     assert goals[4] == "EAGLE-3 faster than every peer (draft-lm, prompt-lookup, hf-assisted)"
-    assert goals[5].startswith("EAGLE-3 tau >= 1.1x the EAGLE-1") and summary["goals"][5][1] in (True, False)
+    assert goals[5] == "EAGLE-3 tree tau >= 2.1 with at most 16 verified draft tokens"
+    assert summary["goals"][5][1] in (True, False) and "4 tokens" in summary["goals"][5][2]  # the tiny size's tree
+    assert goals[6].startswith("EAGLE-3 tau >= 1.1x the EAGLE-1") and summary["goals"][6][1] in (True, False)
     ceiling = summary["chain_ceiling"]
     assert ceiling["ceiling"] > 0 and ceiling["reached"] == pytest.approx(ceiling["achieved"] / ceiling["ceiling"])
     table = summary["eagle3_tau_by_category_and_turn"]
