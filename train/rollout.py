@@ -88,6 +88,15 @@ def count_loss_tokens(loss_mask: torch.Tensor, attention_mask: torch.Tensor, dep
     return loss_positions(loss_mask, attention_mask, depth, rows).flatten(1).sum(1)
 
 
+def _at_offset(x: torch.Tensor, sel: torch.Tensor, cols: torch.Tensor | None, offset: int) -> torch.Tensor:
+    """``_shift(x, offset)[:, :R][:, cols][sel]`` without the shifted copy of ``x``: for each selected ``(b, t)`` of
+    ``sel [B, R']`` (rows ``cols``, or all), ``x[b, t + offset]``, in ``sel``'s row-major order. ``x`` is
+    ``[B, T, ...]``; only positions inside the sequence may be selected (``loss_positions`` guarantees it)."""
+    b, r = sel.nonzero(as_tuple=True)
+    t = r if cols is None else cols[r]
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])[b * x.shape[1] + t + offset]
+
+
 def _shift(x: torch.Tensor, i: int, fill: float | int = 0) -> torch.Tensor:
     """``x[:, i:]`` padded at the end back to the same length (along dim 1)."""
     if i == 0:
@@ -200,13 +209,13 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
             tgt_p = torch.zeros_like(tgt_logits).scatter_(-1, tgt_logits.argmax(-1, keepdim=True), 1.0)
     loss_sums, counts, correct = [], [], []
     for i, h in rollout_steps(head, ids, batch["fused"], amask, depth, checkpoint_attention, rows_deep):
-        cols = rows_deep if i >= 1 and rows_deep is not None else slice(None)
-        sel = positions_ok[i][:, cols]  # [B, R] (or the deep rows)
+        cols = rows_deep if i >= 1 else None
+        sel = positions_ok[i] if cols is None else positions_ok[i][:, cols]  # [B, R] (or the deep rows)
         # The output layer only where a loss is taken (prompt rows, padding and the sequence tails are
         # skipped): the draft-vocabulary product is about half of a step's matmuls at SmolLM2's sizes.
         logits = head.logits(h[sel]).float()  # [N, Vd]
         # The target's output at position j is its distribution over x_{j+1}: x_{t+i+2} comes from j = t+i+1.
-        p = _shift(tgt_p, i + 1)[:, :rows][:, cols][sel]
+        p = _at_offset(tgt_p, sel, cols, i + 1)  # gathered rows only: no shifted copy of [B, T, Vd] per step
         ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)  # [N]
         loss_sums.append(ce.sum())
         counts.append(sel.sum())
@@ -215,7 +224,7 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
             continue
         with torch.no_grad():
             pred = head.draft_to_target(logits.argmax(-1))
-            top = _shift(tgt_top, i + 1, fill=-1)[:, :rows][:, cols][sel]
+            top = _at_offset(tgt_top, sel, cols, i + 1)
             correct.append((pred == top).sum())
     weights = torch.tensor([decay ** i for i in range(depth)], device=ids.device)
     return RolloutOutput(torch.stack(loss_sums), torch.stack(counts).float(), torch.stack(correct).float(), weights)

@@ -285,3 +285,24 @@ def test_deep_rows_offsets_vary_with_the_batch():
     with pytest.raises(ValueError, match="deep_stride"):
         rollout(None, {"input_ids": torch.zeros(1, 5, dtype=torch.long), "attention_mask": torch.ones(1, 5)},
                 torch.zeros(1), depth=2, deep_stride=0)
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_labels_are_gathered_at_their_offset_as_the_shifted_copy_would_give(deep):
+    """The per-step label rows come from an index gather; they equal the shifted-copy formulation exactly."""
+    from eaglehead.train.rollout import _at_offset, _shift, deep_rows, loss_positions
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (3, 12), generator=g)
+    amask = torch.ones(3, 12, dtype=torch.long)
+    amask[0, :3] = 0  # left padding in one row
+    lmask = (torch.rand(3, 12, generator=g) > 0.3).long()
+    x = torch.randn(3, 12, 7, generator=g)
+    cols = deep_rows(ids, 2) if deep else None
+    ok = loss_positions(lmask, amask, 4, cols)
+    rows = ids.shape[1] - 1
+    for i in range(4):
+        c = cols if i >= 1 else None
+        sel = ok[i] if c is None else ok[i][:, c]
+        want = _shift(x, i + 1)[:, :rows][:, slice(None) if c is None else c][sel]
+        assert sel.any() and torch.equal(_at_offset(x, sel, c, i + 1), want)
