@@ -303,10 +303,8 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
 
 def lr_factor(opt: OptimConfig, step: int) -> float:
     """The learning rate at optimizer step ``step`` as a fraction of ``opt.lr`` (``opt.schedule``)."""
-    if opt.schedule == "cosine":
+    if opt.schedule == "cosine" or step < opt.warmup_steps:  # the warmup is the same for both
         return cosine_with_warmup(step, opt.warmup_steps, opt.max_steps)
-    if step < opt.warmup_steps:
-        return (step + 1) / opt.warmup_steps
     start = opt.max_steps - opt.decay_steps
     return 1.0 if step < start else max(0.0, (opt.max_steps - step) / max(1, opt.decay_steps))
 

@@ -36,11 +36,11 @@ from .recipe import (
     RolloutModule,
     TrainConfig,
     build_head,
-    lr_factor,
     data_config,
     describe_vocab,
     load_recipe_target,
     load_token_counts,
+    lr_factor,
     recipe_token_counts,
 )
 from .rollout import count_loss_tokens, deep_rows
@@ -234,8 +234,7 @@ def _setup(cfg: TrainConfig) -> _Run:
                           cfg.rollout.checkpoint_attention, cfg.rollout.labels, cfg.rollout.deep_stride)
     opt = cfg.optim
     optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(opt, s))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(opt, s))
     # The schedule is stepped by hand once per optimizer step: accelerate's wrapper would step it once
     # per process (it assumes each process sees 1/N of an epoch), which changes the schedule with N.
     model, optimizer = accelerator.prepare(model, optimizer)

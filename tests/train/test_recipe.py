@@ -24,6 +24,7 @@ from eaglehead.train.recipe import TrainConfig
 from eaglehead.train.rollout import count_loss_tokens, rollout
 from eaglehead.train.trainer import MicroBatches, train
 from tests.tiny_models import save_tiny_target
+from tests.train.tiny_run import train_killed_after, write_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVS = [
@@ -62,17 +63,7 @@ def write_config(root: Path, name: str, **extra) -> Path:
         "log_every": 1,
         "save_every": 2,
     }
-    for key, value in extra.items():
-        node = cfg
-        *path, last = key.split(".")
-        for p in path:
-            node = node.setdefault(p, {})
-        node[last] = value
-    import yaml
-
-    path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_yaml(root / f"{name}.yaml", cfg, extra)
 
 
 def metrics(run_dir: Path) -> list[dict]:
@@ -128,19 +119,7 @@ def test_accuracy_on_every_second_step_changes_nothing_but_what_is_measured(work
 
 def test_resume_after_kill_reproduces_trajectory(workspace, baseline, monkeypatch):
     path = write_config(workspace, "killed")
-    cfg = load_config(TrainConfig, path)
-    real_save = recipe_mod.CheckpointStore.save
-
-    def save_then_die(self, accelerator, step, state, config):
-        out = real_save(self, accelerator, step, state, config)
-        if step == 2:
-            raise KeyboardInterrupt("simulated kill after the step-2 checkpoint")
-        return out
-
-    monkeypatch.setattr(recipe_mod.CheckpointStore, "save", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    monkeypatch.setattr(recipe_mod.CheckpointStore, "save", real_save)
+    train_killed_after(path, 2, monkeypatch)
     train(load_config(TrainConfig, path))  # resume: auto
     got, ref = metrics(workspace / "killed"), metrics(baseline)
     assert [m["step"] for m in got] == [1, 2, 3, 4]

@@ -8,12 +8,11 @@ import torch
 
 from eaglehead.builtin.typed_config import load_config
 from eaglehead.draftheads.checkpoint import load_head, load_pretrained
-from eaglehead.train import recipe as recipe_mod
 from eaglehead.train.data import build_dataset, collate_tokens
 from eaglehead.train.recipe import TrainConfig
 from eaglehead.train.rollout import count_loss_tokens
 from eaglehead.train.trainer import MicroBatches, train
-from tests.train.tiny_run import make_workspace, write_config
+from tests.train.tiny_run import make_workspace, train_killed_after, write_config
 
 
 # Two micro-batches per step (the count sums them); deep_stride 2 (deeper steps train fewer rows: the count is
@@ -76,18 +75,7 @@ def test_every_save_leaves_a_snapshot_with_the_answer_tokens_trained(baseline):
 def test_resume_carries_the_count_and_keeps_the_trajectory(workspace, baseline, monkeypatch):
     base_cfg, base = baseline
     path = write_config(workspace, "killed", **RUN)
-    real_save = recipe_mod.CheckpointStore.save
-
-    def save_then_die(self, accelerator, step, state, config):
-        out = real_save(self, accelerator, step, state, config)
-        if step == 4:
-            raise KeyboardInterrupt("simulated kill after the step-4 checkpoint")
-        return out
-
-    monkeypatch.setattr(recipe_mod.CheckpointStore, "save", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(load_config(TrainConfig, path))
-    monkeypatch.undo()
+    train_killed_after(path, 4, monkeypatch)
     train(load_config(TrainConfig, path))  # resume: auto, from step 4
     run = workspace / "killed"
     for step in (2, 4, 6):

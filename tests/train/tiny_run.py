@@ -40,12 +40,40 @@ def write_config(root: Path, name: str, **extra) -> Path:
         "save_every": 2,
         "export": False,
     }
+    return write_yaml(root / f"{name}.yaml", cfg, extra)
+
+
+def write_yaml(path: Path, cfg: dict, extra: dict) -> Path:
+    """``cfg`` with each dotted key of ``extra`` (``optim.max_steps``) set, written as YAML to ``path``."""
     for key, value in extra.items():
         node = cfg
-        *path, last = key.split(".")
-        for p in path:
+        *parents, last = key.split(".")
+        for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
-    path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def train_killed_after(path: Path, step: int, monkeypatch) -> None:
+    """Train the config at ``path`` until its step-``step`` checkpoint is written, then die as a kill would
+    (a ``KeyboardInterrupt``); checkpoints are saved normally again afterwards."""
+    import pytest
+
+    from eaglehead.builtin.typed_config import load_config
+    from eaglehead.train import recipe as recipe_mod
+    from eaglehead.train.recipe import TrainConfig
+    from eaglehead.train.trainer import train
+
+    real_save = recipe_mod.CheckpointStore.save
+
+    def save_then_die(self, accelerator, at, state, config):
+        out = real_save(self, accelerator, at, state, config)
+        if at == step:
+            raise KeyboardInterrupt(f"simulated kill after the step-{step} checkpoint")
+        return out
+
+    with monkeypatch.context() as mp:
+        mp.setattr(recipe_mod.CheckpointStore, "save", save_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            train(load_config(TrainConfig, path))
