@@ -19,12 +19,24 @@ TTFT: by default (no streaming) it is the engine's ``prompt_ms`` (the first toke
 prompt's logits); with ``stream=True`` it is the measured wall time from the call to the first chunk. A
 streamed token that ends inside a UTF-8 character is held back and sent without its id, so a streamed
 completion has ``tokens = None`` when the ids do not add up to ``predicted_n``.
+
+Beside torch: :class:`LlamaCppProcess` runs the same server in a child process. In one process the two
+share ``libgomp`` (llama.cpp's CPU backend is built with OpenMP and binds to the copy torch loaded), and
+once llama.cpp's thread team exists the runtime counts more threads than CPUs and makes every worker sleep
+instead of spin between parallel regions: a SmolLM2 float32 forward in torch went from 47.5 to 82-137 ms
+with an idle server loaded (2 cores; back to 50 ms when it closed). The evaluation times torch and
+llama.cpp methods side by side, so its servers run in children.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -210,3 +222,105 @@ def _collect(chunks: list[tuple[float, dict]], start: float) -> Completion:
     return Completion(tokens=tokens, text="".join(text), timings=timings, wall_s=0.0,
                       ttft_s=times[0] if times else None, draft_rounds=0, finish_reason=finish,
                       chunk_times_s=times)
+
+
+class LlamaCppProcess:
+    """:class:`LlamaCppServer` in a child process (module docstring: why), same ``complete`` and ``close``.
+
+    The child is a fresh interpreter (``python -c``, this one's ``sys.path``; nothing of this process is
+    copied or re-imported) answering one request at a time over a private pipe; errors come back with
+    their type (``ValueError``, :class:`LlamaCppError`, :class:`LlamaCppMissing`) and message. It exits on
+    ``close``, or when the pipe breaks (this process ended)."""
+
+    def __init__(self, model_path: str | Path, **kwargs):
+        self._conn, child = Pipe()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from eaglehead.builtin.llamacpp import _child_main; _child_main()",
+             str(child.fileno())], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, env=env)
+        child.close()
+        try:
+            self._conn.send((str(model_path), kwargs))
+            self._answer()
+        except BaseException:
+            self._stop()
+            raise
+
+    def complete(self, token_ids: list[int], n_predict: int, **kwargs) -> Completion:
+        """:meth:`LlamaCppServer.complete` in the child."""
+        if self._conn is None:
+            raise LlamaCppError("complete: the server is closed")
+        self._conn.send(("complete", (list(token_ids), n_predict), kwargs))
+        return self._answer()
+
+    def _answer(self):
+        try:
+            status, payload = self._conn.recv()
+        except (EOFError, OSError):
+            try:
+                code = self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = "none yet"
+            raise LlamaCppError(f"the llama.cpp child process ended without an answer (exit code {code})") from None
+        if status == "ok":
+            return payload
+        kind, message = payload
+        raise {"ValueError": ValueError, "LlamaCppMissing": LlamaCppMissing}.get(kind, LlamaCppError)(message)
+
+    def close(self) -> None:
+        """Close the server and wait for the child (killed if it does not end within 30 s)."""
+        if self._conn is not None:
+            try:
+                self._conn.send(("close", (), {}))
+                self._conn.recv()
+            except (EOFError, OSError):
+                pass
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _child_main() -> None:
+    """The child of :class:`LlamaCppProcess`: start the server, then answer requests until ``close``."""
+    conn = Connection(int(sys.argv[1]))
+
+    def failure(err: BaseException):
+        return "error", (type(err).__name__, str(err))
+
+    try:
+        model_path, kwargs = conn.recv()
+        server = LlamaCppServer(model_path, **kwargs)
+    except Exception as err:  # noqa: BLE001 - sent back to the parent, raised there
+        conn.send(failure(err))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            op, args, kw = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            op = "close"
+        if op == "close":
+            server.close()
+            try:
+                conn.send(("ok", None))
+            except (EOFError, OSError):
+                pass
+            return
+        try:
+            conn.send(("ok", server.complete(*args, **kw)))
+        except Exception as err:  # noqa: BLE001
+            conn.send(failure(err))

@@ -7,8 +7,9 @@ running OpenAI-compatible server.
         --repeats 2 --engines torch:float32,torch:bfloat16,hf-generate,llama.cpp:as-is:8,llama.cpp:float16:8
     python -m eaglehead.datagen.bench --engines openai --base-url http://127.0.0.1:8000/v1 --model <name>
 
-Engines (``--engines``, comma-separated): ``torch[:dtype[:batch]]`` (the sampler of ``regenerate.engine: torch``,
-one per ``--samplers``; batch: rows decoded together, default ``--batch-size``), ``hf-generate[:dtype[:batch]]``,
+Engines (``--engines``, comma-separated): ``torch[:dtype[:batch[:plain]]]`` (the sampler of ``regenerate.engine:
+torch``, one per ``--samplers``; batch: rows decoded together, default ``--batch-size``; ``plain``: decode attention
+over the whole padded cache instead of row segments, the sampler before segments), ``hf-generate[:dtype[:batch]]``,
 ``llama.cpp[:as-is|float32|float16[:slots]]`` (``regenerate.engine: llama.cpp``; the server starts before the first
 timed call and is not timed), ``openai`` (``--base-url``, ``--model``,
 ``--api-key-env``). Prompts are standard-library seed prompts, chat-templated, sorted by length as the data
@@ -40,15 +41,17 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_i
 
 
 class _Torch:
-    def __init__(self, model, args, sampler: str, batch_size: int):
+    def __init__(self, model, args, sampler: str, batch_size: int, segments: bool = True):
         self.model, self.args, self.sampler, self.batch_size = model, args, sampler, batch_size
+        self.segments = segments
 
     def __call__(self, rows, eos, pad, seed) -> int:
         a = self.args
         toks, _ = sample_stream(self.model, rows, batch_size=self.batch_size,
                                 sampling=SamplingConfig(temperature=a.temperature),
                                 max_new_tokens=a.max_new_tokens, eos_ids=eos, pad_id=pad,
-                                generator=torch.Generator().manual_seed(seed), sampler=self.sampler)
+                                generator=torch.Generator().manual_seed(seed), sampler=self.sampler,
+                                segments=self.segments)
         return sum(map(len, toks))
 
 
@@ -139,7 +142,7 @@ def _parse_args(argv):
                     help=f"comma-separated draw functions of the torch engine ({', '.join(SAMPLERS)}), "
                          "each its own method")
     ap.add_argument("--engines", default="torch,hf-generate",
-                    help="comma-separated: torch[:dtype[:batch]], hf-generate[:dtype[:batch]], "
+                    help="comma-separated: torch[:dtype[:batch[:plain]]], hf-generate[:dtype[:batch]], "
                          "llama.cpp[:as-is|float32|float16[:slots]], openai")
     ap.add_argument("--base-url", help="engine openai: the server's URL, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", help="engine openai: the served model's name")
@@ -162,13 +165,15 @@ def _methods(ap, args, tok, model, stack) -> list[tuple[str, object]]:
         kind, *opts = spec.split(":")
         if kind in ("torch", "hf-generate"):
             dtype = opts[0] if opts else "float32"
-            batch = _batch_option(ap, spec, opts[1:], args.batch_size)
+            plain = kind == "torch" and len(opts) == 3 and opts[2] == "plain"
+            batch = _batch_option(ap, spec, opts[1:2] if plain else opts[1:], args.batch_size)
             if dtype not in models:
                 models[dtype] = load_target(args.target, dtype=dtype, device="cpu")[0]
             if kind == "hf-generate":
                 methods.append((f"hf-generate/{dtype}/batch {batch}", _HFGenerate(models[dtype], args, batch)))
             else:
-                methods += [(f"torch/{dtype}/{x.strip()}/batch {batch}", _Torch(models[dtype], args, x.strip(), batch))
+                methods += [(f"torch/{dtype}/{x.strip()}/batch {batch}{'/plain' if plain else ''}",
+                             _Torch(models[dtype], args, x.strip(), batch, segments=not plain))
                             for x in args.samplers.split(",")]
         elif kind in ("llama.cpp", "openai"):
             label, server = _server(ap, args, tok, kind, opts)
@@ -183,7 +188,7 @@ def _batch_option(ap, spec: str, opts: list[str], default: int) -> int:
     if not opts:
         return default
     if len(opts) > 1 or not opts[0].isdigit() or int(opts[0]) < 1:
-        ap.error(f"--engines: {spec!r}: expected torch[:dtype[:batch]] with a batch size >= 1")
+        ap.error(f"--engines: {spec!r}: expected torch[:dtype[:batch[:plain]]] with a batch size >= 1")
     return int(opts[0])
 
 

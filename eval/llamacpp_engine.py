@@ -1,6 +1,8 @@
 """llama.cpp as an evaluation engine: methods ``llamacpp`` (plain), ``llamacpp-eagle3`` (the ``--draft``
 head exported to GGUF, llama.cpp's EAGLE-3 drafter) and ``llamacpp-ngram`` (its ``ngram-simple`` lookup),
-run in this process through :mod:`eaglehead.builtin.llamacpp` on the same token ids as the torch methods.
+run through :mod:`eaglehead.builtin.llamacpp` on the same token ids as the torch methods, each server in a
+child process (:class:`LlamaCppProcess`: in this process llama.cpp's OpenMP threads would slow every torch
+method about 2x, see that module).
 
 Usage (``run_eval`` does this when a llama.cpp method is planned)::
 
@@ -31,7 +33,7 @@ from typing import Any
 
 import torch
 
-from eaglehead.builtin.llamacpp import (XLLAMACPP_VERSION, Eagle3Draft, LlamaCppError, LlamaCppServer,
+from eaglehead.builtin.llamacpp import (XLLAMACPP_VERSION, Eagle3Draft, LlamaCppError, LlamaCppProcess,
                                         NgramDraft)
 from eaglehead.decode import SamplingConfig
 
@@ -58,7 +60,7 @@ class LlamaCppEngines:
         self.model_path, self.head_path, self.threads, self.n_ctx = model_path, head_path, threads, n_ctx
         self.tok, self.eos = tok, set(eos)
         self.description = describe
-        self._servers: dict[tuple[str, int], LlamaCppServer] = {}
+        self._servers: dict[tuple[str, int], LlamaCppProcess] = {}
 
     @classmethod
     def for_plan(cls, plan, tok, eos: set[int], *, n_ctx: int) -> LlamaCppEngines:
@@ -73,10 +75,10 @@ class LlamaCppEngines:
         describe = {"xllamacpp": XLLAMACPP_VERSION, "source_gguf": str(source), "model_gguf": str(model),
                     "model_dtype": plan.llamacpp_dtype, "head_gguf": None if head is None else str(head),
                     "head_dtype": plan.llamacpp_head_dtype if head else None, "threads": threads, "n_ctx": n_ctx,
-                    "ngram_match": NGRAM_MATCH, "stream": True}
+                    "ngram_match": NGRAM_MATCH, "stream": True, "process": "child"}
         return cls(model, threads=threads, n_ctx=n_ctx, tok=tok, eos=eos, head_path=head, describe=describe)
 
-    def server(self, method: str, n_max: int) -> LlamaCppServer:
+    def server(self, method: str, n_max: int) -> LlamaCppProcess:
         """The server of ``method`` drafting ``n_max`` tokens (0 or ``llamacpp``: the plain one)."""
         kind = "plain" if method == "llamacpp" or not n_max else method
         key = (kind, int(n_max) if kind != "plain" else 0)
@@ -86,7 +88,7 @@ class LlamaCppEngines:
                 draft["eagle3"] = Eagle3Draft(self.head_path, n_max=int(n_max))
             elif kind == "llamacpp-ngram":
                 draft["ngram"] = NgramDraft(size_n=NGRAM_MATCH, size_m=int(n_max))
-            self._servers[key] = LlamaCppServer(self.model_path, threads=self.threads, n_ctx=self.n_ctx, **draft)
+            self._servers[key] = LlamaCppProcess(self.model_path, threads=self.threads, n_ctx=self.n_ctx, **draft)
         return self._servers[key]
 
     def generate(self, method: str, n_max: int | None, ids: torch.Tensor, mask: torch.Tensor,

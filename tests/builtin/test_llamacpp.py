@@ -17,8 +17,8 @@ import pytest
 
 from eaglehead.builtin.corpus import heldout_excerpts
 from eaglehead.builtin.gguf_target import rewrite_gguf, write_llama_gguf
-from eaglehead.builtin.llamacpp import (INSTALL_HINT, Eagle3Draft, LlamaCppError, LlamaCppMissing, LlamaCppServer,
-                                        NgramDraft, import_xllamacpp)
+from eaglehead.builtin.llamacpp import (INSTALL_HINT, Eagle3Draft, LlamaCppError, LlamaCppMissing, LlamaCppProcess,
+                                        LlamaCppServer, NgramDraft, import_xllamacpp)
 from eaglehead.builtin.shipped import load_demo_target
 from eaglehead.decode.eagle import load_eagle_drafter
 from eaglehead.draftheads.checkpoint import load_head
@@ -130,9 +130,41 @@ def test_ngram_lookup_and_refusals(demo, tmp_path):
         server.complete(prompts[0], 4)
     with pytest.raises(ValueError, match="at most one of eagle3 and ngram"):
         LlamaCppServer(target, threads=THREADS, eagle3=Eagle3Draft(target), ngram=NgramDraft())
+    _assert_bad_model_files_refused(LlamaCppServer, tmp_path)
+
+
+def _assert_bad_model_files_refused(server_class, tmp_path):
+    """A missing file is a ValueError naming model_path; a file llama.cpp cannot load, a LlamaCppError."""
     with pytest.raises(ValueError, match="model_path .*no such file"):
-        LlamaCppServer(tmp_path / "missing.gguf", threads=THREADS)
+        server_class(tmp_path / "missing.gguf", threads=THREADS)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + bytes(64))
     with pytest.raises(LlamaCppError, match=f"could not start on model_path {junk}"):
-        LlamaCppServer(junk, threads=THREADS)
+        server_class(junk, threads=THREADS)
+
+
+def test_a_server_in_a_child_process_answers_as_in_process_and_reports_errors_by_type(demo, tmp_path):
+    """LlamaCppProcess (the evaluation's servers, kept out of torch's OpenMP runtime): the same greedy tokens,
+    timings and draft rounds as in process; errors raised here with their type; the child gone after close."""
+    _, _, target, head, prompts = demo
+    draft = Eagle3Draft(head, n_max=GAMMA)
+    with LlamaCppServer(target, threads=THREADS, n_ctx=256, warmup=False, eagle3=draft) as server:
+        here = [server.complete(p, BUDGET) for p in prompts[:2]]
+    child = LlamaCppProcess(target, threads=THREADS, n_ctx=256, warmup=False, eagle3=draft)
+    there = [child.complete(p, BUDGET) for p in prompts[:2]]
+    streamed = child.complete(prompts[0], BUDGET, stream=True)
+    for a, b in zip(here, there):
+        assert b.tokens == a.tokens and b.draft_rounds == a.draft_rounds > 0
+        assert b.timings["draft_n_accepted"] == a.timings["draft_n_accepted"]
+    assert streamed.tokens == here[0].tokens and len(streamed.chunk_times_s) >= 2
+    with pytest.raises(LlamaCppError, match="refused the request"):
+        child.complete([10 ** 6], 4)
+    with pytest.raises(ValueError, match="token_ids must be a non-empty list of ints"):
+        child.complete([], 4)
+    assert child.complete(prompts[0], BUDGET).tokens == here[0].tokens  # still serving after errors
+    pid = child._proc.pid
+    child.close()
+    assert child._proc.poll() is not None, f"child {pid} still running after close"
+    with pytest.raises(LlamaCppError, match="closed"):
+        child.complete(prompts[0], 4)
+    _assert_bad_model_files_refused(LlamaCppProcess, tmp_path)
