@@ -237,7 +237,7 @@ class LlamaCppProcess:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from eaglehead.builtin.llamacpp import _child_main; _child_main()",
-             str(child.fileno())], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, env=env)
+             str(child.fileno()), str(os.getpid())], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, env=env)
         child.close()
         try:
             self._conn.send((str(model_path), kwargs))
@@ -295,8 +295,16 @@ class LlamaCppProcess:
 
 
 def _child_main() -> None:
-    """The child of :class:`LlamaCppProcess`: start the server, then answer requests until ``close``."""
-    conn = Connection(int(sys.argv[1]))
+    """The child of :class:`LlamaCppProcess`: start the server, then answer requests until ``close``. On
+    Linux the kernel kills it when its parent dies, even in the middle of a request."""
+    conn, parent = Connection(int(sys.argv[1])), int(sys.argv[2])
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        return
 
     def failure(err: BaseException):
         return "error", (type(err).__name__, str(err))

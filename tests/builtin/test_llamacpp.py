@@ -168,3 +168,29 @@ def test_a_server_in_a_child_process_answers_as_in_process_and_reports_errors_by
     with pytest.raises(LlamaCppError, match="closed"):
         child.complete(prompts[0], 4)
     _assert_bad_model_files_refused(LlamaCppProcess, tmp_path)
+
+
+def test_the_child_server_dies_with_its_parent(demo):
+    """A parent killed with SIGKILL (as at a session's end) takes its llama.cpp child with it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    _, _, target, _, _ = demo
+    code = ("import sys, time\nfrom eaglehead.builtin.llamacpp import LlamaCppProcess\n"
+            f"s = LlamaCppProcess({str(target)!r}, threads=1, n_ctx=256, warmup=False)\n"
+            "print(s._proc.pid, flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # running
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError(f"the llama.cpp child {child} outlived its killed parent by 5 s")
