@@ -294,16 +294,22 @@ class LlamaCppProcess:
         self.close()
 
 
-def _child_main() -> None:
-    """The child of :class:`LlamaCppProcess`: start the server, then answer requests until ``close``. On
-    Linux the kernel kills it when its parent dies, even in the middle of a request."""
-    conn, parent = Connection(int(sys.argv[1])), int(sys.argv[2])
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent dies (Linux: ``PR_SET_PDEATHSIG``); ``False`` when
+    the parent ``parent`` (a pid) is already gone, before that took effect. For llama.cpp server children."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the line above took effect
+    return os.getppid() == parent
+
+
+def _child_main() -> None:
+    """The child of :class:`LlamaCppProcess`: start the server, then answer requests until ``close``. On
+    Linux the kernel kills it when its parent dies, even in the middle of a request."""
+    conn = Connection(int(sys.argv[1]))
+    if not die_with_parent(int(sys.argv[2])):
         return
 
     def failure(err: BaseException):

@@ -9,7 +9,8 @@ stdout, ``{"url": "http://127.0.0.1:N"}`` or ``{"error": "..."}``, then waits fo
 It cannot outlive its parent: the parent holds its stdin (closed when the parent exits, however it ends) and, on
 Linux, the kernel sends it SIGKILL when the parent dies (``PR_SET_PDEATHSIG``). It leaves with ``os._exit``: the
 server's own teardown waits for requests in flight and can hang when one is. It is a script, not a module of the
-package, so that it imports nothing but xllamacpp and starts in a fraction of a second.
+package, so that it imports nothing but xllamacpp and ``eaglehead.builtin.llamacpp`` (standard library only) and
+starts in a fraction of a second.
 """
 
 import json
@@ -18,19 +19,12 @@ import signal
 import sys
 
 
-def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the line above took effect
-        os._exit(1)
-
-
 def main() -> None:
+    from eaglehead.builtin.llamacpp import die_with_parent  # standard library only: no torch
+
     spec = json.loads(sys.argv[1])
-    _die_with_parent(spec["parent"])
+    if not die_with_parent(spec["parent"]):
+        os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops this process
     try:
         import xllamacpp as xl
