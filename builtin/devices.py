@@ -21,16 +21,31 @@ def resolve_dtype(name: str | torch.dtype, device_type: str = "cpu", option: str
     return DTYPES[name]
 
 
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
+
+
+def cpu_info(path: str = "/proc/cpuinfo") -> dict:
+    """``{"model": ..., "flags": [...]}``: the CPU's model name and which of ``SPEED_FLAGS`` (the flags that decide
+    the fast path: what ``lscpu | grep -o 'avx512_bf16\\|amx...'`` shows) it has, read from /proc/cpuinfo; model
+    None and no flags where it cannot be read."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return {"model": None, "flags": []}
+    lines = text.splitlines()
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+    flags = set(next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), []))
+    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in flags]}
+
+
 def native_bf16(device: torch.device | str = "cpu") -> bool:
     """Whether bfloat16 matmuls are fast on ``device``: CUDA, or a CPU whose flags show avx512_bf16 or amx_bf16
     (read from /proc/cpuinfo; False where it cannot be read)."""
     device = torch.device(device)
     if device.type == "cuda":
         return True
-    try:
-        flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
-    except OSError:
-        return False
+    flags = cpu_info()["flags"]
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 

@@ -315,26 +315,38 @@ def _child_main() -> None:
     def failure(err: BaseException):
         return "error", (type(err).__name__, str(err))
 
+    def reply(message) -> bool:
+        """Send ``message``; False when the parent's end is gone (it died or closed the pipe)."""
+        try:
+            conn.send(message)
+            return True
+        except (EOFError, OSError):
+            return False
+
     try:
         model_path, kwargs = conn.recv()
+    except (EOFError, OSError):  # the parent is gone before asking anything
+        return
+    try:
         server = LlamaCppServer(model_path, **kwargs)
     except Exception as err:  # noqa: BLE001 - sent back to the parent, raised there
-        conn.send(failure(err))
+        reply(failure(err))
         return
-    conn.send(("ok", None))
-    while True:
-        try:
-            op, args, kw = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            op = "close"
-        if op == "close":
-            server.close()
-            try:
-                conn.send(("ok", None))
-            except (EOFError, OSError):
-                pass
+    with server:
+        if not reply(("ok", None)):
             return
-        try:
-            conn.send(("ok", server.complete(*args, **kw)))
-        except Exception as err:  # noqa: BLE001
-            conn.send(failure(err))
+        while True:
+            try:
+                op, args, kw = conn.recv()
+            except (EOFError, OSError):  # the parent is gone
+                return
+            if op == "close":
+                server.close()
+                reply(("ok", None))
+                return
+            try:
+                result = ("ok", server.complete(*args, **kw))
+            except Exception as err:  # noqa: BLE001
+                result = failure(err)
+            if not reply(result):
+                return

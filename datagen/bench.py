@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from eaglehead.builtin.devices import SPEED_FLAGS, cpu_info
 from eaglehead.builtin.models import load_target
 from eaglehead.builtin.text import encode_prompt, eos_token_ids, left_pad, pad_token_id
 from eaglehead.decode import SamplingConfig
@@ -37,7 +38,6 @@ from .config import SAMPLERS, ChatDataConfig, LlamaCppEngineConfig, OpenAIEngine
 from .engines import request_seed
 from .stream import sample_stream
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 
 
 class _Torch:
@@ -117,16 +117,10 @@ def _steal_seconds() -> float | None:
 
 
 def machine_line() -> str:
-    """CPU model, cores and the flags that decide the fast path (what ``lscpu | grep -o 'avx512_bf16\\|amx...'``
-    shows)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return f"{os.cpu_count()} cores"
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
-    have = " ".join(f for f in CPU_FLAGS if f in flags) or f"none of {', '.join(CPU_FLAGS)}"
-    return f"{model}, {os.cpu_count()} cores, flags: {have}; load average {os.getloadavg()[0]:.2f}"
+    """CPU model, cores and the flags that decide the fast path (``eaglehead.builtin.devices.cpu_info``)."""
+    info = cpu_info()
+    have = " ".join(info["flags"]) or f"none of {', '.join(SPEED_FLAGS)}"
+    return f"{info['model'] or '?'}, {os.cpu_count()} cores, flags: {have}; load average {os.getloadavg()[0]:.2f}"
 
 
 def _parse_args(argv):

@@ -43,7 +43,8 @@ from eaglehead.decode import DraftModelDrafter, PromptLookupDrafter
 from eaglehead.decode.drafters import output_vocab_size
 
 from . import schedule
-from .assembly import engine_identity_notes, hardware, identity_summary, method_records, report_config
+from .assembly import (engine_identity_notes, hardware, identity_summary, method_records, report_config,
+                       torch_identity_notes)
 from .gamma_select import choose_gamma, gamma_samples_from_metrics
 from .journal import Journal, path_digest, plan_fingerprint
 from .llamacpp_engine import ENGINE, LLAMACPP_ROUND_DETAIL, LLAMACPP_TIMING_NOTE, SAMPLING_NOTE, LlamaCppEngines
@@ -241,10 +242,11 @@ def run_eval(plan: EvalPlan) -> dict:
             models.llamacpp.close()
     runs = out["runs"]
     fill_speedups(runs)
-    if len(journal.launches) > 1:
-        notes.append(f"resumed: the calls were measured over {len(journal.launches)} launches (config.launches); "
+    measured_in = [launch for launch in journal.launches if launch.get("calls_measured")]  # replays measure none
+    if len(measured_in) > 1:
+        notes.append(f"resumed: the calls were measured over {len(measured_in)} launches (config.launches); "
                      "each batch's methods ran side by side within one launch")
-    notes += engine_identity_notes(runs)
+    notes += torch_identity_notes(runs, plan.dtype) + engine_identity_notes(runs)
     config = {**report_config(plan, tok, models.eos, models.pad_id, len(tune), len(test)), "launches": journal.launches}
     if models.llamacpp is not None:
         config["llamacpp"] = models.llamacpp.description

@@ -126,6 +126,24 @@ def compact_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def identity_lines(report: dict[str, Any]) -> list[str]:
+    """The report's "Greedy identity and notes" section: the torch verdict, other engines' verdicts, and the
+    notes (per-run identity counts, resumed launches)."""
+    ident, notes = report.get("identity") or {}, report.get("notes") or []
+    if not ident and not notes:
+        return []
+    lines = ["## Greedy identity and notes", ""]
+    if ident:
+        bad = ", ".join(f"{m} (gamma {g})" for m, g, *_ in ident.get("mismatched") or [])
+        lines.append(f"- torch: {ident.get('greedy_runs_checked', 0)} greedy runs checked, token-identical to vanilla: "
+                     f"{ident.get('all_identical')}" + (f" (not: {bad})" if bad else ""))
+        for engine, v in (ident.get("engines") or {}).items():
+            lines.append(f"- {engine}: {v.get('greedy_runs_checked', 0)} greedy runs checked, token-identical to its "
+                         f"own plain decoding: {v.get('all_identical')}")
+    lines += [f"- {n}" for n in notes]
+    return lines + [""]
+
+
 def selection_text(s: dict[str, Any]) -> str:
     """One line on a gamma choice: its state and its note (which names the gamma)."""
     axis = f" (gamma = {s['axis']})" if s.get("axis") not in (None, "draft length") else ""

@@ -138,6 +138,19 @@ def test_goals_of_any_report_from_the_command_line(demo_run, capsys, tmp_path):
         tool(["goals", "--report", str(tmp_path / "none.json")])
 
 
+def test_a_report_without_peers_does_not_pass_the_peer_goal(demo_run):
+    import json
+
+    from eaglehead.demos.smollm2 import PEERS, goals
+
+    report = json.loads((demo_run / "eval_mt-bench" / "report.json").read_text())
+    with_peers = {g: ok for g, ok, _ in goals(report)}
+    assert any(g.startswith("EAGLE-3 faster than every peer (") and ok is not None for g, ok in with_peers.items())
+    report["runs"] = [r for r in report["runs"] if r["method"] not in PEERS]
+    row = next(r for r in goals(report) if r[0].startswith("EAGLE-3 faster than every peer"))
+    assert row[1] is None and "no peer" in row[2]
+
+
 def test_a_damaged_asset_is_refused_naming_the_file(stand_ins, tmp_path, capsys):
     assets = tmp_path / "assets"
     shutil.copytree(stand_ins / "assets", assets)

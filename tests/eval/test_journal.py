@@ -79,6 +79,7 @@ def test_resuming_a_finished_run_replays_it_exactly_without_a_single_call(worksp
     for key in ("runs", "sweeps", "gamma_selection", "itl_samples", "identity"):
         assert again[key] == report[key], key  # timings included: the journal round-trips exactly
     assert again["config"]["launches"][1] == {**again["config"]["launches"][1], "calls_measured": 0}
+    assert not any("resumed" in n for n in again["notes"])  # a replay measured nothing: one launch measured all
 
 
 def test_a_cut_last_line_is_measured_again(workspace, tmp_path, monkeypatch):  # noqa: F811

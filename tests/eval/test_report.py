@@ -219,3 +219,38 @@ def test_html_check_flags_external_references():
                 '<link rel="stylesheet" href="s.css">'):
         assert check_html(page.replace("<table></table>", "<table></table>" + bad)), bad
     assert check_html("<html><img src='data:image/png;base64,AA'></html>") == ["no table"]
+
+
+def _identity_runs():
+    base = dict(category="all", turn="all", batch_size=1, requests=160, engine="torch")
+    return [dict(base, method="vanilla", gamma=None, identical_to_vanilla=True, mismatched_prompts=0),
+            dict(base, method="eagle3", gamma=3, identical_to_vanilla=False, mismatched_prompts=2),
+            dict(base, method="eagle3-tree", gamma=16, identical_to_vanilla=True, mismatched_prompts=0),
+            dict(base, method="eagle3", gamma=3, category="code", identical_to_vanilla=False,
+                 mismatched_prompts=1),
+            dict(base, method="llamacpp-eagle3", gamma=3, engine="llama.cpp", identical_to_vanilla=False,
+                 mismatched_prompts=1)]
+
+
+@pytest.mark.parametrize("dtype, verdict", [("float32", "a bug"), ("bfloat16", "expected in bfloat16")])
+def test_torch_identity_notes_count_the_prompts_and_say_what_a_mismatch_means(dtype, verdict):
+    from eaglehead.eval.assembly import torch_identity_notes
+
+    notes = torch_identity_notes(_identity_runs(), dtype)
+    assert len(notes) == 1  # only the torch run of category all that differs
+    assert notes[0].startswith("eagle3 (gamma 3, batch 1, torch): identical to torch vanilla on 158/160 prompts")
+    assert verdict in notes[0]
+
+
+def test_markdown_and_html_show_the_greedy_identity_and_the_notes(tmp_path):
+    report = _report()
+    report["identity"] = {"greedy_runs_checked": 2, "all_identical": False, "mismatched": [["eagle3", 3, 0.0, 1]],
+                          "engines": {"llama.cpp": {"greedy_runs_checked": 1, "all_identical": True}}}
+    report["notes"] = ["eagle3 (gamma 3, batch 1, torch): identical to torch vanilla on 7/8 prompts; expected"]
+    write_report(tmp_path, report)
+    md = (tmp_path / "report.md").read_text()
+    section = md[md.index("## Greedy identity and notes"):md.index("## Consistency checks")]
+    assert "token-identical to vanilla: False (not: eagle3 (gamma 3))" in section
+    assert "llama.cpp: 1 greedy runs checked, token-identical to its own plain decoding: True" in section
+    assert "on 7/8 prompts" in section
+    assert "on 7/8 prompts" in (tmp_path / "report.html").read_text()
