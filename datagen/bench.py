@@ -39,7 +39,6 @@ from .engines import request_seed
 from .stream import sample_stream
 
 
-
 class _Torch:
     def __init__(self, model, args, sampler: str, batch_size: int, segments: bool = True):
         self.model, self.args, self.sampler, self.batch_size = model, args, sampler, batch_size

@@ -68,6 +68,11 @@ def method_records(key: Key, rec: MethodRuns, base: MethodRuns, category_of: dic
     return runs
 
 
+def _overall(r: dict) -> bool:
+    """A run's record over every category and turn (the one the identity verdicts and notes read)."""
+    return r["category"] == "all" and r.get("turn", "all") == "all"
+
+
 def _same(r: dict) -> bool | None:
     return r.get("identical_to_reference", r["identical_to_vanilla"])
 
@@ -77,8 +82,7 @@ def identity_summary(runs: list[dict]) -> dict:
     verdict is about our torch loops (exact by construction, so any mismatch is a bug); other engines are
     summarised apart under ``engines`` (llama.cpp's batched verification rounds differently from its
     one-token steps, so a near-tie can flip a greedy token there)."""
-    greedy_runs = [r for r in runs if _same(r) is not None and r["category"] == "all"
-                   and r.get("turn", "all") == "all"]
+    greedy_runs = [r for r in runs if _same(r) is not None and _overall(r)]
     out: dict = {}
     for engine in dict.fromkeys(r.get("engine", "torch") for r in greedy_runs):
         mine = [r for r in greedy_runs if r.get("engine", "torch") == engine]
@@ -94,7 +98,7 @@ def engine_identity_notes(runs: list[dict]) -> list[str]:
     vanilla's output (with a float32 GGUF, llama.cpp runs the torch model; a quantized file does not)."""
     notes = []
     for r in runs:
-        if r.get("mismatched_vanilla_prompts") is None or r["category"] != "all" or r.get("turn", "all") != "all":
+        if r.get("mismatched_vanilla_prompts") is None or not _overall(r):
             continue
         same = r["requests"] - r["mismatched_vanilla_prompts"]
         notes.append(f"{r['method']} (gamma {r['gamma']}, batch {r['batch_size']}, {r['engine']}): identical to "
@@ -111,8 +115,7 @@ def torch_identity_notes(runs: list[dict], dtype: str) -> list[str]:
     near-tie can flip and the texts part from there: exactness is proven in float32, not bit-identity here."""
     notes = []
     for r in runs:
-        if (r.get("engine", "torch") != "torch" or r["category"] != "all" or r.get("turn", "all") != "all"
-                or r.get("identical_to_vanilla") in (None, True)):
+        if r.get("engine", "torch") != "torch" or not _overall(r) or r.get("identical_to_vanilla") in (None, True):
             continue
         same = r["requests"] - (r.get("mismatched_prompts") or 0)
         why = ("a bug: in float32 the speculative loops are exact by construction" if dtype == "float32" else

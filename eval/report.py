@@ -32,8 +32,8 @@ from typing import Any
 
 from .figures import write_figures
 from .report_html import render_html
-from .tables import (PREAMBLE, SERVING_STATE_KEYS, TABLE_COLUMNS, fmt, identity_lines, report_tables, selection_text,
-                     serving_state)
+from .tables import (IDENTITY_TITLE, PREAMBLE, SERVING_STATE_KEYS, TABLE_COLUMNS, fmt, identity_items, report_tables,
+                     selection_text, serving_state)
 
 BASELINE_METHOD = "vanilla"
 BASELINE_METHODS = ("vanilla", "hf-generate")  # exact, non-speculative: the candidates for the baseline
@@ -375,7 +375,8 @@ def _markdown(report: dict[str, Any], violations: list[str], figures: list[str])
         lines += ["## Gamma choice (tune split)", ""] + _selection_lines(report) + [""]
     for key in ("config", "versions", "hardware"):
         lines += [f"## {key}", "", "```json", json.dumps(report[key], indent=2), "```", ""]
-    lines += identity_lines(report)
+    if items := identity_items(report):
+        lines += [f"## {IDENTITY_TITLE}", ""] + [f"- {x}" for x in items] + [""]
     lines += ["## Consistency checks", ""]
     lines += [f"- {v}" for v in violations] if violations else ["All checks passed."]
     return "\n".join(lines) + "\n"

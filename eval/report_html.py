@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from .tables import PREAMBLE, TABLE_COLUMNS, compact_table, identity_lines, report_tables, selection_text
+from .tables import IDENTITY_TITLE, PREAMBLE, TABLE_COLUMNS, compact_table, identity_items, report_tables, selection_text
 
 FIGURE_ORDER = ("headline.png", "survival.png", "round_time.png", "gamma_sweep.png", "itl_cdf.png")
 _STYLE = """
@@ -58,10 +58,8 @@ def render_html(report: dict[str, Any], files: dict[str, Path]) -> str:
     parts.append('<p class="ok">Consistency checks: all passed.</p>' if not violations else
                  '<p class="bad">Consistency violations:</p><ul>' + "".join(f"<li>{e(v)}</li>" for v in violations)
                  + "</ul>")
-    ident_lines = identity_lines(report)
-    if ident_lines:
-        parts.append(f"<h2>{e(ident_lines[0].removeprefix('## '))}</h2><ul>"
-                     + "".join(f"<li>{e(x.removeprefix('- '))}</li>" for x in ident_lines[2:] if x) + "</ul>")
+    if items := identity_items(report):
+        parts.append(f"<h2>{e(IDENTITY_TITLE)}</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in items) + "</ul>")
     parts.append("<h2>Tables per serving state</h2>")
     for title, base, runs in report_tables(report["runs"]):
         parts += [f"<h3>{e(title)}</h3>", f"<p>Fastest baseline: {e(str(base))}.</p>", _table(runs)]

@@ -126,22 +126,21 @@ def compact_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def identity_lines(report: dict[str, Any]) -> list[str]:
-    """The report's "Greedy identity and notes" section: the torch verdict, other engines' verdicts, and the
-    notes (per-run identity counts, resumed launches)."""
-    ident, notes = report.get("identity") or {}, report.get("notes") or []
-    if not ident and not notes:
-        return []
-    lines = ["## Greedy identity and notes", ""]
+IDENTITY_TITLE = "Greedy identity and notes"
+
+
+def identity_items(report: dict[str, Any]) -> list[str]:
+    """The items of the report's "Greedy identity and notes" section (markdown and HTML alike): the torch
+    verdict, other engines' verdicts, and the notes (per-run identity counts, resumed launches)."""
+    ident, items = report.get("identity") or {}, []
     if ident:
         bad = ", ".join(f"{m} (gamma {g})" for m, g, *_ in ident.get("mismatched") or [])
-        lines.append(f"- torch: {ident.get('greedy_runs_checked', 0)} greedy runs checked, token-identical to vanilla: "
+        items.append(f"torch: {ident.get('greedy_runs_checked', 0)} greedy runs checked, token-identical to vanilla: "
                      f"{ident.get('all_identical')}" + (f" (not: {bad})" if bad else ""))
         for engine, v in (ident.get("engines") or {}).items():
-            lines.append(f"- {engine}: {v.get('greedy_runs_checked', 0)} greedy runs checked, token-identical to its "
+            items.append(f"{engine}: {v.get('greedy_runs_checked', 0)} greedy runs checked, token-identical to its "
                          f"own plain decoding: {v.get('all_identical')}")
-    lines += [f"- {n}" for n in notes]
-    return lines + [""]
+    return items + list(report.get("notes") or [])
 
 
 def selection_text(s: dict[str, Any]) -> str:
