@@ -18,6 +18,7 @@ run writes exactly what an uninterrupted one would):
    length into shards, decoded with continuous batching (:func:`sample_stream`: a finished row leaves
    the batch at once and a waiting prompt takes its place); each token is drawn by inverting the
    cumulative distribution with one uniform per row (``sampler``, :data:`SAMPLERS`). With
+   ``workers: N`` the missing shards are shared among N CPU processes (:mod:`~eaglehead.datagen.workers`). With
    ``regenerate.engine: openai`` or ``llama.cpp`` every stage's tokens come from a server instead
    (:mod:`~eaglehead.datagen.engines`: the same chat-templated token ids, one seed per request); its
    shards also record the engine, the server's version and the model file's sha256.
@@ -51,6 +52,7 @@ from .config import ChatDataConfig, config_differences, shard_defining
 from .engines import open_engine, request_seed
 from .stream import sample_stream
 from .task_prompts import category_task_prompts
+from .workers import ShardJob, sample_in_workers
 
 SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
 
@@ -62,6 +64,7 @@ class _Target:
     def __init__(self, cfg: ChatDataConfig):
         from eaglehead.builtin.text import eos_token_ids, pad_token_id
 
+        self.cfg = cfg
         self.engine = None
         if cfg.regenerate.engine == "torch":
             from eaglehead.builtin.models import load_target
@@ -149,13 +152,21 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
     paths = [cd.shard_path(out_dir / stage, stage, k) for k in range(n_shards)]
     progress = _Progress(stage, n_shards, sum(p.is_file() for p in paths))
     rows: dict[int, dict] = {}
+    kwargs = dict(sampling=sampling, max_new_tokens=max_new_tokens, batch_size=batch_size, sampler=sampler)
+    missing = [k for k, path in enumerate(paths) if not path.is_file()]
+    if target.engine is None and target.cfg.workers > 1 and len(missing) > 1:
+        jobs = []
+        for k in missing:
+            idx = order[k * shard_size:(k + 1) * shard_size]
+            jobs.append(ShardJob(paths[k], idx, [prefixes[i] for i in idx], [labels[i] for i in idx],
+                                 cd.shard_seed(seed, stage, k)))
+        sample_in_workers(target.cfg, jobs, progress=progress, **kwargs)
     for k, path in enumerate(paths):
         shard = _read_shard(target, path)
         if shard is None:
             idx = order[k * shard_size:(k + 1) * shard_size]
             toks, eos = _sample(target, [prefixes[i] for i in idx], [labels[i] for i in idx], idx,
-                                cd.shard_seed(seed, stage, k), sampling=sampling, max_new_tokens=max_new_tokens,
-                                batch_size=batch_size, sampler=sampler)
+                                cd.shard_seed(seed, stage, k), **kwargs)
             shard = [{"index": i, "ids": t, "eos": e} for i, t, e in zip(idx, toks, eos)]
             _write_shard(target, path, shard)
             progress.step(sum(len(r["ids"]) for r in shard))

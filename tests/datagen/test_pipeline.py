@@ -35,6 +35,19 @@ def lenient_cleaning(monkeypatch):
     monkeypatch.setattr(cd, "clean_user_turn", lambda text, **kw: text.strip() or None)
 
 
+def count_sampler_calls(monkeypatch) -> dict:
+    """``{"n": calls}`` of the in-process sampler from here on (in this process)."""
+    calls = {"n": 0}
+    real_sample = datagen.sample_stream
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real_sample(*a, **kw)
+
+    monkeypatch.setattr(datagen, "sample_stream", counting)
+    return calls
+
+
 def test_killed_run_resumes_without_redoing_shards_and_writes_identical_data(target_dir, tmp_path, monkeypatch):
     whole = datagen.run(_cfg(target_dir, tmp_path / "whole"))
     assert whole["conversations"] == 11 and whole["followups"] >= 1
@@ -56,22 +69,13 @@ def test_killed_run_resumes_without_redoing_shards_and_writes_identical_data(tar
     done_before = sorted(p.name for p in (tmp_path / "resumed").rglob("*.jsonl"))
     assert done_before and not (tmp_path / "resumed" / "conversations.jsonl").exists()
 
-    calls = {"n": 0}
-    real_sample = datagen.sample_stream
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        return real_sample(*a, **kw)
-
-    monkeypatch.setattr(datagen, "sample_stream", counting)
+    calls = count_sampler_calls(monkeypatch)
     resumed = datagen.run(_cfg(target_dir, tmp_path / "resumed"))
     assert (tmp_path / "resumed" / "conversations.jsonl").read_bytes() == reference
     assert resumed["sha256"] == whole["sha256"]
     # Finished shards are read back, not sampled again: fewer batches than the uninterrupted run needed.
-    monkeypatch.setattr(datagen, "sample_stream", real_sample)
     calls_resumed = calls["n"]
     calls["n"] = 0
-    monkeypatch.setattr(datagen, "sample_stream", counting)
     import shutil
     shutil.rmtree(tmp_path / "whole")
     datagen.run(_cfg(target_dir, tmp_path / "whole"))
