@@ -26,7 +26,7 @@ PROBE = "Tokenizer probe: naïve café, 3.14 x 2 = 6.28; def f(x):\n    return x
 
 @contextmanager
 def open_engine(cfg, target):
-    """The engine of ``cfg.regenerate.engine`` for ``target`` (the pipeline's ``_Target``), or ``None`` for torch."""
+    """The engine of ``cfg.regenerate.engine`` for ``target`` (the pipeline's target), or ``None`` for torch."""
     kind = cfg.regenerate.engine
     if kind == "torch":
         yield None

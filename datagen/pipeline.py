@@ -39,6 +39,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -165,15 +166,28 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
         shard = _read_shard(target, path)
         if shard is None:
             idx = order[k * shard_size:(k + 1) * shard_size]
-            toks, eos = _sample(target, [prefixes[i] for i in idx], [labels[i] for i in idx], idx,
-                                cd.shard_seed(seed, stage, k), **kwargs)
-            shard = [{"index": i, "ids": t, "eos": e} for i, t, e in zip(idx, toks, eos)]
-            _write_shard(target, path, shard)
+            shard = _run_job(target, ShardJob(path, idx, [prefixes[i] for i in idx], [labels[i] for i in idx],
+                                              cd.shard_seed(seed, stage, k)), kwargs)
             progress.step(sum(len(r["ids"]) for r in shard))
         for r in shard:
             rows[r["index"]] = {"ids": r["ids"], "eos": r["eos"]}
     progress.close()
     return [rows[i] for i in range(len(prefixes))]
+
+
+def _run_job(target: _Target, job: ShardJob, sample_kwargs: dict) -> list[dict]:
+    """Sample one shard's continuations and write the shard; returns its rows."""
+    toks, eos = _sample(target, job.prompts, job.labels, job.indices, job.seed, **sample_kwargs)
+    shard = [{"index": i, "ids": t, "eos": e} for i, t, e in zip(job.indices, toks, eos)]
+    _write_shard(target, job.path, shard)
+    return shard
+
+
+def shard_writer(cfg: ChatDataConfig) -> Callable[[ShardJob, dict], list[dict]]:
+    """For a worker process: load ``cfg``'s target once, return ``write(job, sample_kwargs)`` that samples one
+    shard job and writes its shard."""
+    target = _Target(cfg)
+    return lambda job, sample_kwargs: _run_job(target, job, sample_kwargs)
 
 
 def _sample(target: _Target, prompts: list[list[int]], labels: list[str], indices: list[int], seed: int, *,

@@ -51,15 +51,14 @@ def cpu_groups(workers: int, cpus: list[int] | None = None) -> list[list[int] | 
 def _worker(cfg, queue, cpus: list[int] | None, threads: int, sample_kwargs: dict) -> None:
     import torch
 
-    from .pipeline import _sample, _Target, _write_shard
+    from .pipeline import shard_writer
 
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     torch.set_num_threads(threads)
-    target = _Target(cfg)
+    write = shard_writer(cfg)
     while (job := queue.get()) is not None:
-        toks, eos = _sample(target, job.prompts, job.labels, job.indices, job.seed, **sample_kwargs)
-        _write_shard(target, job.path, [{"index": i, "ids": t, "eos": e} for i, t, e in zip(job.indices, toks, eos)])
+        write(job, sample_kwargs)
 
 
 def sample_in_workers(cfg, jobs: list[ShardJob], *, progress, poll_s: float = 0.5, **sample_kwargs) -> None:
