@@ -154,20 +154,19 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
     progress = _Progress(stage, n_shards, sum(p.is_file() for p in paths))
     rows: dict[int, dict] = {}
     kwargs = dict(sampling=sampling, max_new_tokens=max_new_tokens, batch_size=batch_size, sampler=sampler)
+
+    def job(k: int) -> ShardJob:
+        idx = order[k * shard_size:(k + 1) * shard_size]
+        return ShardJob(paths[k], idx, [prefixes[i] for i in idx], [labels[i] for i in idx],
+                        cd.shard_seed(seed, stage, k))
+
     missing = [k for k, path in enumerate(paths) if not path.is_file()]
     if target.engine is None and target.cfg.workers > 1 and len(missing) > 1:
-        jobs = []
-        for k in missing:
-            idx = order[k * shard_size:(k + 1) * shard_size]
-            jobs.append(ShardJob(paths[k], idx, [prefixes[i] for i in idx], [labels[i] for i in idx],
-                                 cd.shard_seed(seed, stage, k)))
-        sample_in_workers(target.cfg, jobs, progress=progress, **kwargs)
+        sample_in_workers(target.cfg, [job(k) for k in missing], progress=progress, **kwargs)
     for k, path in enumerate(paths):
         shard = _read_shard(target, path)
         if shard is None:
-            idx = order[k * shard_size:(k + 1) * shard_size]
-            shard = _run_job(target, ShardJob(path, idx, [prefixes[i] for i in idx], [labels[i] for i in idx],
-                                              cd.shard_seed(seed, stage, k)), kwargs)
+            shard = _run_job(target, job(k), kwargs)
             progress.step(sum(len(r["ids"]) for r in shard))
         for r in shard:
             rows[r["index"]] = {"ids": r["ids"], "eos": r["eos"]}
