@@ -14,6 +14,7 @@ the head (``output_dir/head``) and exporting it in the EAGLE-3 layout (``output_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import yaml
 from torch import nn
 
 from eaglehead.builtin import models
@@ -313,6 +315,66 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+# What a checkpoint's weights and its run's data order mean. A launch that resumes a run may change its schedule
+# (the anneal sets a later max_steps), batch split, threads, logging and saving; a change to one of these would
+# train something else under the old run's name, so it is refused. ``None``: every field of the section.
+_FIXED_ON_RESUME: dict[str | None, tuple[str, ...] | None] = {
+    None: ("seed",),
+    "model": ("target",),
+    "head": None,
+    "data": ("sources", "format", "split", "max_samples", "max_length", "chat_template", "system_prompt",
+             "regenerate", "regen_temperature", "regen_max_new_tokens", "test_fraction", "seed"),
+    "features": ("dir",),
+}
+_WEIGHTS_ONLY = ("model", "head")  # what an explicitly named checkpoint must still match
+
+
+def _field_defaults(obj) -> dict:
+    """The declared default of each field of dataclass instance ``obj`` that has one."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def check_resumable(checkpoint: Path, cfg: TrainConfig, explicit: bool) -> None:
+    """Refuse to resume ``checkpoint`` under a config that changes what its run trains.
+
+    Compares the config the checkpoint was saved with (its ``config.yaml``; a field it predates counts at its
+    default) with ``cfg`` on the fields of ``_FIXED_ON_RESUME``; ``explicit`` (``resume: <directory>``, a
+    deliberate start from those weights, say on other data) checks the model and head only. Raises ValueError
+    naming each changed key with both values.
+    """
+    saved_path = checkpoint / "config.yaml"
+    if not saved_path.is_file():
+        return  # written before checkpoints carried their config
+    with saved_path.open() as f:
+        saved = yaml.safe_load(f) or {}
+    now = dump_config(cfg)
+    changed = []
+    for section, names in _FIXED_ON_RESUME.items():
+        if explicit and section not in _WEIGHTS_ONLY:
+            continue
+        if section is None:
+            old, new, defaults, prefix = saved, now, {}, ""
+        else:
+            old, new, prefix = saved.get(section) or {}, now[section], f"{section}."
+            defaults = _field_defaults(getattr(cfg, section))
+        for name in names or new:
+            before = old.get(name, defaults.get(name))
+            if name in old or name in defaults:
+                if before != new[name]:
+                    changed.append(f"{prefix}{name}: {before!r} -> {new[name]!r}")
+    if changed:
+        hint = ("give this run a new output_dir, or pass resume: never to start it over"
+                if not explicit else "the checkpoint's weights belong to another model or head")
+        raise ValueError(f"resume: the checkpoint {checkpoint} was trained with a different "
+                         f"{'recipe' if not explicit else 'model or head'} ({'; '.join(changed)}); {hint}")
 
 
 class CheckpointStore:

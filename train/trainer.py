@@ -36,6 +36,7 @@ from .recipe import (
     RolloutModule,
     TrainConfig,
     build_head,
+    check_resumable,
     data_config,
     describe_vocab,
     load_recipe_target,
@@ -215,6 +216,10 @@ def _setup(cfg: TrainConfig) -> _Run:
     main = accelerator.is_main_process
     set_seed(cfg.seed)
     out_dir = Path(cfg.output_dir)
+    store = CheckpointStore(out_dir, cfg.keep_checkpoints)
+    resume_from = store.latest() if cfg.resume == "auto" else (None if cfg.resume == "never" else Path(cfg.resume))
+    if resume_from is not None:
+        check_resumable(resume_from, cfg, explicit=cfg.resume != "auto")  # before anything is loaded or written
     if main:
         out_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out_dir / "config.yaml")
@@ -239,9 +244,7 @@ def _setup(cfg: TrainConfig) -> _Run:
     # per process (it assumes each process sees 1/N of an epoch), which changes the schedule with N.
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    store = CheckpointStore(out_dir, cfg.keep_checkpoints)
     start = tokens = since = 0
-    resume_from = store.latest() if cfg.resume == "auto" else (None if cfg.resume == "never" else Path(cfg.resume))
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
         start, tokens, since = _resumed_counts(resume_from, main)

@@ -49,3 +49,30 @@ def test_a_stable_run_resumed_with_a_later_end_anneals_from_where_it_stopped(tmp
     # the resumed one recomputes from the new end (the rate of its first step, lr_factor(4), is the peak again)
     assert [lrs[s] for s in (1, 2, 3, 4)] == pytest.approx([0.01, 0.01, 0.005, 0.0])
     assert [lrs[s] for s in (5, 6)] == pytest.approx([0.005, 0.0])
+
+
+def test_a_resume_that_changes_what_the_run_trains_is_refused_by_key(tmp_path):
+    root = make_workspace(tmp_path)
+    base = {"optim.max_steps": 2, "save_every": 2}
+    train(load_config(TrainConfig, write_config(root, "run", **base)))
+    saved = (root / "run" / "config.yaml").read_text()
+    for key, value in (("head.fc_norm", True), ("data.max_length", 48), ("seed", 3)):
+        changed = write_config(root, "run", **{**base, "optim.max_steps": 4, key: value})
+        with pytest.raises(ValueError, match=rf"resume: the checkpoint .*step_2 .*{key}: .* -> {value!r}"):
+            train(load_config(TrainConfig, changed))
+        assert (root / "run" / "config.yaml").read_text() == saved  # the run's record is not overwritten
+    # A checkpoint written before a head field existed: the field counts at its default (False), still refused.
+    ckpt_config = root / "run" / "checkpoints" / "step_2" / "config.yaml"
+    ckpt_config.write_text(ckpt_config.read_text().replace("  fc_norm: false\n", ""))
+    with pytest.raises(ValueError, match="head.fc_norm: False -> True"):
+        train(load_config(TrainConfig, write_config(root, "run", **base, **{"head.fc_norm": True})))
+    # Named explicitly, a checkpoint may start a run on other data (its head must still match).
+    explicit = write_config(root, "other", **{**base, "optim.max_steps": 3, "data.max_length": 48,
+                                              "resume": str(root / "run" / "checkpoints" / "step_2")})
+    train(load_config(TrainConfig, explicit))
+    rows = [json.loads(line) for line in (root / "other" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [3]
+    # The schedule may change between launches (the anneal): steps 3 and 4 run.
+    train(load_config(TrainConfig, write_config(root, "run", **{**base, "optim.max_steps": 4})))
+    rows = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
