@@ -366,10 +366,9 @@ def check_resumable(checkpoint: Path, cfg: TrainConfig, explicit: bool) -> None:
             old, new, prefix = saved.get(section) or {}, now[section], f"{section}."
             defaults = _field_defaults(getattr(cfg, section))
         for name in names or new:
-            before = old.get(name, defaults.get(name))
-            if name in old or name in defaults:
-                if before != new[name]:
-                    changed.append(f"{prefix}{name}: {before!r} -> {new[name]!r}")
+            before = old[name] if name in old else defaults.get(name, new[name])  # no default: taken as unchanged
+            if before != new[name]:
+                changed.append(f"{prefix}{name}: {before!r} -> {new[name]!r}")
     if changed:
         hint = ("give this run a new output_dir, or pass resume: never to start it over"
                 if not explicit else "the checkpoint's weights belong to another model or head")

@@ -15,13 +15,10 @@ from eaglehead.decode.cache import RaggedCacheLM
 from eaglehead.decode.eagle import Eagle3Drafter
 from eaglehead.decode.tree_draft import EagleTreeDrafter
 from eaglehead.decode.tree_generate import tree_generate
-from eaglehead.draftheads.config import Eagle3Config
-from eaglehead.draftheads.eagle3 import Eagle3Head
-from eaglehead.draftheads.vocab import build_draft_vocab
 from tests.draftheads.test_eagle31 import Reference
 from tests.tiny_models import tiny_llama
 
-from .test_eagle_drafter import Recording, _batch, _fresh_first_q
+from .test_eagle_drafter import Recording, _batch, _fresh_first_q, make_head
 
 GREEDY = SamplingConfig(temperature=0)
 SWITCHES = [{"fc_norm": True, "norm_output": True}, {"fc_norm": True}, {"norm_output": True}]
@@ -29,15 +26,11 @@ SWITCHES = [{"fc_norm": True, "norm_output": True}, {"fc_norm": True}, {"norm_ou
 
 def head_31(target, switches, draft_vocab=40, seed=3):
     """A random head with the switches, its norm gains drawn away from 1 so that a gain left unused shows."""
-    cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=draft_vocab, **switches)
-    torch.manual_seed(seed)
-    head = Eagle3Head(cfg).eval()
+    head = make_head(target, draft_vocab, seed, **switches)
     with torch.no_grad():
         for name, p in head.named_parameters():
             if "norm" in name:  # fc_norm.i, the layer's three norms, the final norm
                 p.uniform_(0.5, 1.5)
-    counts = torch.randint(0, 100, (target.config.vocab_size,), generator=torch.Generator().manual_seed(seed))
-    head.set_vocab(*build_draft_vocab(counts, draft_vocab))
     head.bind_embedding(target.get_input_embeddings())
     return head
 

@@ -16,8 +16,8 @@ from tests.tiny_models import tiny_llama, tiny_qwen2
 GREEDY = SamplingConfig(temperature=0)
 
 
-def make_head(target, draft_vocab=40, seed=3):
-    cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=draft_vocab)
+def make_head(target, draft_vocab=40, seed=3, **overrides):
+    cfg = Eagle3Config.from_target_config(target.config, draft_vocab_size=draft_vocab, **overrides)
     torch.manual_seed(seed)
     head = Eagle3Head(cfg).eval()
     counts = torch.randint(0, 100, (target.config.vocab_size,), generator=torch.Generator().manual_seed(seed))
