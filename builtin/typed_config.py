@@ -28,7 +28,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-__all__ = ["config_from_dict", "dump_config", "load_config", "omit_added_later", "parse_config_args", "save_config"]
+__all__ = ["changed_fields", "config_from_dict", "dump_config", "flatten", "load_config", "omit_added_later",
+           "parse_config_args", "save_config"]
 
 T = typing.TypeVar("T")
 
@@ -91,6 +92,27 @@ def omit_added_later(data: dict, added_later: dict[tuple[str | None, str], Any])
         if name in part and part[name] == neutral:
             del part[name]
     return data
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """The leaves of nested dicts under dotted keys: ``{"a": {"b": 1}, "c": 2}`` -> ``{"a.b": 1, "c": 2}``."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def changed_fields(old: dict, new: dict, absent: dict[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` for each key of two flat dicts (:func:`flatten`) whose values differ,
+    sorted by key. A key one side lacks reads ``absent[key]`` there (``None`` if ``absent`` has no entry): the
+    value a field holds in a config saved before the field existed. Each caller words its own message."""
+    absent = absent or {}
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key, absent.get(key)), new.get(key, absent.get(key))
+        if a != b:
+            out.append((key, a, b))
+    return out
 
 
 def save_config(obj: Any, path: str | Path) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from eaglehead.builtin.typed_config import dump_config, omit_added_later
+from eaglehead.builtin.typed_config import changed_fields, dump_config, flatten, omit_added_later
 from eaglehead.decode import sample_from, sample_inverse_cdf
 
 from .task_prompts import VERSIONS as TASK_PROMPT_VERSIONS
@@ -216,17 +216,9 @@ ADDED_LATER = {("synthesis", "category_prompts"): 0, (None, "sampler"): "exponen
                ("regenerate", "engine"): "torch", ("synthesis", "task_prompts_version"): 1}
 
 
-def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
-    flat = {}
-    for key, value in data.items():
-        flat.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return flat
-
-
 def config_differences(saved: dict, now: dict) -> list[str]:
     """``"key: the directory has A, this config B"`` for each shard-defining setting that differs (a field absent
     from an older directory's saved config holds its ``ADDED_LATER`` value there)."""
     neutral = {(name if section is None else f"{section}.{name}"): value for (section, name), value in ADDED_LATER.items()}
-    old, new = _flatten(saved), _flatten(now)
-    pairs = {key: (old.get(key, neutral.get(key)), new.get(key, neutral.get(key))) for key in old.keys() | new.keys()}
-    return [f"{key}: the directory has {a!r}, this config {b!r}" for key, (a, b) in sorted(pairs.items()) if a != b]
+    return [f"{key}: the directory has {a!r}, this config {b!r}"
+            for key, a, b in changed_fields(flatten(saved), flatten(now), neutral)]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglehead.builtin.shipped import file_sha256
+from eaglehead.builtin.typed_config import changed_fields, flatten
 from eaglehead.decode.generate import GenerationResult, RoundRecord
 from eaglehead.decode.tree_generate import TreeRoundRecord
 
@@ -55,17 +56,6 @@ def _group_key(tag: Tag, rep: int, batch: int) -> str:
     return json.dumps([tag[0], float(tag[1]), int(tag[2]), int(rep), int(batch)])
 
 
-def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k}: {a!r} then, {b!r} now")
-    return out
-
-
 class Journal:
     """The calls of one evaluation's ``--out`` directory (see the module docstring)."""
 
@@ -80,7 +70,8 @@ class Journal:
                 raise ValueError(f"--resume: {str(out)!r} holds no journal of an earlier run ({CALLS} and {PLAN}); "
                                  "drop --resume to start one")
             saved = json.loads(self.plan_path.read_text())
-            diff = _differences(saved["fingerprint"], fingerprint)
+            diff = [f"{key}: {a!r} then, {b!r} now"
+                    for key, a, b in changed_fields(flatten(saved["fingerprint"]), flatten(fingerprint))]
             if diff:
                 raise ValueError(f"--resume: {str(out)!r} was started with a different plan; "
                                  + "; ".join(diff[:6]) + ". Use a new --out, or drop --resume and pass --overwrite")

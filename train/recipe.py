@@ -31,7 +31,7 @@ from eaglehead.builtin import models
 from eaglehead.builtin.devices import native_bf16
 from eaglehead.builtin.corpus import resolve_sources
 from eaglehead.builtin.devices import resolve_dtype
-from eaglehead.builtin.typed_config import dump_config, save_config
+from eaglehead.builtin.typed_config import changed_fields, dump_config, save_config
 from eaglehead.draftheads import checkpoint as ckpt_io
 from eaglehead.draftheads.config import Eagle3Config
 from eaglehead.draftheads.eagle1 import Eagle1Head
@@ -356,7 +356,7 @@ def check_resumable(checkpoint: Path, cfg: TrainConfig, explicit: bool) -> None:
     with saved_path.open() as f:
         saved = yaml.safe_load(f) or {}
     now = dump_config(cfg)
-    changed = []
+    before, after, absent = {}, {}, {}
     for section, names in _FIXED_ON_RESUME.items():
         if explicit and section not in _WEIGHTS_ONLY:
             continue
@@ -366,9 +366,11 @@ def check_resumable(checkpoint: Path, cfg: TrainConfig, explicit: bool) -> None:
             old, new, prefix = saved.get(section) or {}, now[section], f"{section}."
             defaults = _field_defaults(getattr(cfg, section))
         for name in names or new:
-            before = old[name] if name in old else defaults.get(name, new[name])  # no default: taken as unchanged
-            if before != new[name]:
-                changed.append(f"{prefix}{name}: {before!r} -> {new[name]!r}")
+            after[prefix + name] = new[name]
+            absent[prefix + name] = defaults.get(name, new[name])  # predates the field, no default: unchanged
+            if name in old:
+                before[prefix + name] = old[name]
+    changed = [f"{key}: {a!r} -> {b!r}" for key, a, b in changed_fields(before, after, absent)]
     if changed:
         hint = ("give this run a new output_dir, or pass resume: never to start it over"
                 if not explicit else "the checkpoint's weights belong to another model or head")

@@ -8,7 +8,7 @@ from typing import Literal, Optional
 import pytest
 import yaml
 
-from eaglehead.builtin.typed_config import config_from_dict, dump_config, load_config, save_config
+from eaglehead.builtin.typed_config import changed_fields, config_from_dict, dump_config, flatten, load_config, save_config
 from eaglehead.train.config import DataConfig, FeatureCacheConfig
 
 
@@ -134,3 +134,14 @@ def test_save_writes_every_resolved_field_and_round_trips(tmp_path):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(ValueError, match="nothere.yaml"):
         load_config(Recipe, tmp_path / "nothere.yaml")
+
+
+def test_changed_fields_compares_flattened_configs_and_reads_absent_keys_at_their_stated_value():
+    old = flatten({"seed": 0, "head": {"fc_norm": False, "layers": [1, 2]}, "data": {"max_length": 512}})
+    assert old == {"seed": 0, "head.fc_norm": False, "head.layers": [1, 2], "data.max_length": 512}
+    new = flatten({"seed": 0, "head": {"fc_norm": True, "layers": [1, 2], "added": 3}, "data": {}})
+    assert changed_fields(old, new) == [("data.max_length", 512, None), ("head.added", None, 3),
+                                        ("head.fc_norm", False, True)]
+    # a field the old config predates, at the value that reproduces the old behaviour, is no change
+    assert changed_fields(old, new, absent={"head.added": 3, "data.max_length": 512}) == [("head.fc_norm", False, True)]
+    assert changed_fields(old, dict(old)) == []
