@@ -112,13 +112,15 @@ def _train_config(args):
 def cmd_prepare(args) -> int:
     if not (args.config or args.data_config):
         raise ValueError("eaglehead prepare needs --config (training data) and/or --data-config (chat data)")
+    if args.assemble_only and not args.data_config:
+        raise ValueError("eaglehead prepare --assemble-only builds chat data from its shards: it needs --data-config")
     if args.data_config:  # chat data the target writes itself (resumable), before any tokenising
         from eaglehead.builtin.typed_config import load_config
         from eaglehead.datagen import ChatDataConfig, run
 
         # key=value overrides go to the training config when both are given.
         cfg = load_config(ChatDataConfig, args.data_config, [] if args.config else args.overrides)
-        manifest = run(cfg)
+        manifest = run(cfg, assemble_only=args.assemble_only)
         print(f"[prepare] {manifest['conversations']} conversations, {manifest['answer_tokens']} answer tokens "
               f"-> {Path(cfg.out_dir) / manifest['file']}")
         if not args.config:
@@ -240,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="training config (tokenise, draft vocabulary, features)")
     p.add_argument("--data-config", default=None,
                    help="chat data config: synthesise prompts and regenerate answers with the target first")
+    p.add_argument("--assemble-only", action="store_true",
+                   help="with --data-config: build the conversations from the shards already in its out_dir "
+                        "(restored by python -m eaglehead.datagen.archive unpack); generate nothing, and stop "
+                        "naming a missing shard")
     p.add_argument("--cache-features", default=None, help="directory for offline target features")
     p.add_argument("--device", default=None)
     p.add_argument("overrides", nargs="*", help="key=value overrides")

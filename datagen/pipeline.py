@@ -32,6 +32,7 @@ config points at; ``manifest.json`` holds its sha256, the counts and the resolve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -62,12 +63,13 @@ class _Target:
     """The target as the stages see it: its tokenizer, chat-template prefixes and end ids, and what writes its
     tokens: the model in process (``regenerate.engine: torch``) or :attr:`engine`, a server (set by :func:`run`)."""
 
-    def __init__(self, cfg: ChatDataConfig):
+    def __init__(self, cfg: ChatDataConfig, assemble_only: bool = False):
         from eaglehead.builtin.text import eos_token_ids, pad_token_id
 
         self.cfg = cfg
         self.engine = None
-        if cfg.regenerate.engine == "torch":
+        self.assemble_only = assemble_only  # every shard must be on disk: nothing is sampled
+        if cfg.regenerate.engine == "torch" and not assemble_only:
             from eaglehead.builtin.models import load_target
 
             self.model, self.tok = load_target(cfg.target, dtype=cfg.dtype, device=cfg.device, option="target")
@@ -161,6 +163,8 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
                         cd.shard_seed(seed, stage, k))
 
     missing = [k for k, path in enumerate(paths) if not path.is_file()]
+    if missing and target.assemble_only:
+        _refuse_to_generate(paths[missing[0]], f"{len(missing)} of the {n_shards} {stage} shards are missing")
     if target.engine is None and target.cfg.workers > 1 and len(missing) > 1:
         sample_in_workers(target.cfg, [job(k) for k in missing], progress=progress, **kwargs)
     for k, path in enumerate(paths):
@@ -172,6 +176,12 @@ def _generate_shards(target: _Target, stage: str, out_dir: Path, prefixes: list[
             rows[r["index"]] = {"ids": r["ids"], "eos": r["eos"]}
     progress.close()
     return [rows[i] for i in range(len(prefixes))]
+
+
+def _refuse_to_generate(path: Path, what: str) -> None:
+    raise ValueError(f"{path}: not written ({what}), and this run only assembles the data from finished shards "
+                     "(--assemble-only): restore the directory's shards first (python -m eaglehead.datagen.archive "
+                     "unpack <archive> <out_dir>), or drop --assemble-only to generate what is missing (hours)")
 
 
 def _run_job(target: _Target, job: ShardJob, sample_kwargs: dict) -> list[dict]:
@@ -211,8 +221,10 @@ def _read_shard(target: _Target, path: Path) -> list[dict] | None:
     shard = cd.read_shard(path)
     if shard is not None:
         have = cd.read_record(path) or {"engine": "torch"}
-        want = target.engine.record() if target.engine is not None else {"engine": "torch"}
+        want = target.engine.record() if target.engine is not None else {"engine": target.cfg.regenerate.engine}
         keys = _WRITER_KEYS if not (have.get("model_sha256") and want.get("model_sha256")) else _WRITER_KEYS[:2]
+        if target.assemble_only:  # no server started: the engine named in the config is what can be checked
+            keys = _WRITER_KEYS[:1]
         diff = [f"{key}: the shard has {have.get(key)!r}, this run {want.get(key)!r}"
                 for key in keys if have.get(key) != want.get(key)]
         if diff:
@@ -298,6 +310,8 @@ def _magpie_round(target: _Target, out: Path, prefix: list[int], sampling: Sampl
     """Magpie round ``index``: ``shard_size`` user turns sampled from the bare user-turn prefix."""
     path = cd.shard_path(out / "user", "user", index)
     shard = _read_shard(target, path)
+    if shard is None and target.assemble_only:
+        _refuse_to_generate(path, f"Magpie round {index} is missing")
     if shard is None:
         n = cfg.regenerate.shard_size
         toks, eos = _sample(target, [prefix] * n, [f"{path.stem}[{j}]" for j in range(n)], list(range(n)),
@@ -335,8 +349,12 @@ def _labels(cfg: ChatDataConfig, stage: str, ids: list[int] | None, n: int) -> l
     return [f"{stage} of {cfg.id_prefix}-{i:06d}" for i in (ids if ids is not None else range(n))]
 
 
-def run(cfg: ChatDataConfig) -> dict:
-    """Every stage, resuming from the shards already in ``cfg.out_dir``; returns the manifest."""
+def run(cfg: ChatDataConfig, assemble_only: bool = False) -> dict:
+    """Every stage, resuming from the shards already in ``cfg.out_dir``; returns the manifest.
+
+    ``assemble_only``: sample nothing (the target's weights are not loaded, only its tokenizer): every shard
+    must already be in ``out_dir`` (restored by ``eaglehead.datagen.archive unpack``), and a missing one is an
+    error naming it. The conversations and manifest are rebuilt from the shards, as a full run writes them."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     resolved = json.dumps(shard_defining(cfg), indent=2, sort_keys=True)
@@ -351,8 +369,8 @@ def run(cfg: ChatDataConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    target = _Target(cfg)
-    with open_engine(cfg, target) as engine:  # a server it started is stopped on leaving, error or Ctrl-C included
+    target = _Target(cfg, assemble_only)
+    with (contextlib.nullcontext() if assemble_only else open_engine(cfg, target)) as engine:  # a server it started is stopped on leaving, error or Ctrl-C included
         target.engine = engine
         prompts, convs, stats = _conversations(target, cfg, out)
         if engine is not None:

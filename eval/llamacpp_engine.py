@@ -69,12 +69,16 @@ class LlamaCppEngines:
         model = source if plan.llamacpp_dtype == "as-is" else _float_copy(source, plan.llamacpp_dtype)
         head = None
         if "llamacpp-eagle3" in plan.methods:
-            head = _export_head(plan.drafts["eagle3"], model, Path(plan.out) / "llamacpp", plan.llamacpp_head_dtype)
+            own = "llamacpp-eagle3" in plan.drafts
+            head = _export_head(plan.drafts["llamacpp-eagle3" if own else "eagle3"],
+                                "--llamacpp-draft" if own else "--draft", model, Path(plan.out) / "llamacpp",
+                                plan.llamacpp_head_dtype)
         threads = plan.threads or torch.get_num_threads()
         n_ctx = 256 * -(-(n_ctx + 32) // 256)  # + room for one round's drafts, in whole 256-token pages
         describe = {"xllamacpp": XLLAMACPP_VERSION, "source_gguf": str(source), "model_gguf": str(model),
                     "model_dtype": plan.llamacpp_dtype, "head_gguf": None if head is None else str(head),
-                    "head_dtype": plan.llamacpp_head_dtype if head else None, "threads": threads, "n_ctx": n_ctx,
+                    "head_dtype": plan.llamacpp_head_dtype if head else None,
+                    "head_checkpoint": plan.drafts.get("llamacpp-eagle3", plan.drafts.get("eagle3")) if head else None, "threads": threads, "n_ctx": n_ctx,
                     "ngram_match": NGRAM_MATCH, "stream": True, "process": "child"}
         return cls(model, threads=threads, n_ctx=n_ctx, tok=tok, eos=eos, head_path=head, describe=describe)
 
@@ -134,9 +138,10 @@ def _float_copy(source: Path, dtype: str) -> Path:
     return float_gguf_path(source, dtype)
 
 
-def _export_head(draft: str, target_gguf: Path, out_dir: Path, dtype: str) -> Path:
-    """``--draft`` as the EAGLE-3 GGUF llama.cpp loads, written into ``out_dir`` (replaced every launch:
-    the checkpoint's content is part of the journal's fingerprint, so a resumed run exports the same head)."""
+def _export_head(draft: str, option: str, target_gguf: Path, out_dir: Path, dtype: str) -> Path:
+    """The head ``draft`` (given as ``option``) as the EAGLE-3 GGUF llama.cpp loads, written into ``out_dir``
+    (replaced every launch: the checkpoint's content is part of the journal's fingerprint, so a resumed run
+    exports the same head)."""
     from eaglehead.draftheads.checkpoint import load_head
     from eaglehead.draftheads.gguf_head import GGUFExportError, export_gguf
 
@@ -145,7 +150,9 @@ def _export_head(draft: str, target_gguf: Path, out_dir: Path, dtype: str) -> Pa
         return export_gguf(load_head(draft), out_dir / f"eagle3-head-{dtype}.gguf", target=target_gguf, dtype=dtype,
                            overwrite=True)
     except GGUFExportError as err:
-        raise ValueError(f"--draft {draft!r}: cannot run in llama.cpp ({err})") from None
+        hint = ("; give llamacpp-eagle3 a plain EAGLE-3 head of this target with --llamacpp-draft"
+                if option == "--draft" else "")
+        raise ValueError(f"{option} {draft!r}: cannot run in llama.cpp ({err}){hint}") from None
 
 
 def held_back_times(tokens: list[int], chunk_times: list[float], tok, method: str) -> list[float]:

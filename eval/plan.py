@@ -37,10 +37,12 @@ METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-loo
 DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup", *TREE_METHODS)  # our loops with a drafter
 GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted", "llamacpp-eagle3", "llamacpp-ngram")
 # The head checkpoint a method reads (tree and llama.cpp methods reuse the chain methods' heads).
+# llamacpp-eagle3 reads its own head when one is given (drafts["llamacpp-eagle3"], --llamacpp-draft: llama.cpp
+# cannot run an EAGLE 3.1 head), else eagle3's.
 HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3"}
 PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "draft-lm": "--draft-lm", "eagle3-tree": "--draft",
-               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft"}
-DRAFT_KEYS = ("eagle3", "eagle1", "draft-lm")  # EvalPlan.drafts' keys
+               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft (or --llamacpp-draft)"}
+DRAFT_KEYS = ("eagle3", "eagle1", "draft-lm", "llamacpp-eagle3")  # EvalPlan.drafts' keys
 BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper)
 AUTO_GAMMAS = tuple(range(1, 9))
 MAX_GAMMA = 16
@@ -52,7 +54,8 @@ GammaMode = Literal["fixed", "sweep", "auto"]
 class EvalPlan:
     """One evaluation: the target, its drafters, the prompt set, the methods and every serving state.
 
-    ``drafts`` maps a method (``eagle3``, ``eagle1``, ``draft-lm``) to its checkpoint path;
+    ``drafts`` maps a method (``eagle3``, ``eagle1``, ``draft-lm``; ``llamacpp-eagle3`` when llama.cpp runs
+    another EAGLE-3 head than ``eagle3``'s) to its checkpoint path;
     ``drafter_factories`` maps a drafter method to a ``target -> Drafter`` callable that replaces the
     built-in loader (tests, custom drafters). ``methods=None`` means vanilla, hf-generate,
     prompt-lookup and every method with a path or a factory; vanilla is always run first (it is the
@@ -171,7 +174,7 @@ class EvalPlan:
             head = HEAD_OF.get(m, m)
             # llama.cpp exports the head checkpoint itself: a Python drafter factory cannot stand in for it.
             factory = m != "llamacpp-eagle3" and (m in self.drafter_factories or head in self.drafter_factories)
-            if m in PATH_OPTION and not factory and head not in self.drafts:
+            if m in PATH_OPTION and not factory and head not in self.drafts and m not in self.drafts:
                 raise ValueError(f"--methods {m} needs {PATH_OPTION[m]} PATH")
         return names
 
@@ -282,6 +285,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
       "file or a builtin: name (the llama.cpp methods need a .gguf or builtin:smollm2-135m-instruct)")
     a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format), 'humaneval' or 'mt-bench' (both turns)")
     a("--draft", help="EAGLE-3 head directory (methods eagle3, eagle3-tree, llamacpp-eagle3)")
+    a("--llamacpp-draft", help="EAGLE-3 head directory for llamacpp-eagle3 when it is not --draft (llama.cpp "
+      "cannot run an EAGLE 3.1 head: give a plain EAGLE-3 head of the same target here)")
     a("--eagle1", help="EAGLE-1 head directory (methods eagle1, eagle1-tree)")
     a("--draft-lm", help="small causal LM sharing the target's vocabulary (methods draft-lm, hf-assisted)")
     a("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}; default: vanilla, "
@@ -324,7 +329,8 @@ def plan_from_args(args: argparse.Namespace,
     """The plan of parsed ``eaglehead eval`` options (see :func:`add_eval_arguments`), validated."""
     mode, gammas = parse_gamma(args.gamma)
     methods = None if args.methods is None else [m.strip() for m in str(args.methods).split(",") if m.strip()]
-    drafts = {"eagle3": args.draft, "eagle1": args.eagle1, "draft-lm": args.draft_lm}
+    drafts = {"eagle3": args.draft, "eagle1": args.eagle1, "draft-lm": args.draft_lm,
+              "llamacpp-eagle3": args.llamacpp_draft}
     tree_tokens = None if args.tree_tokens is None else tuple(parse_int_list(args.tree_tokens, "--tree-tokens"))
     return EvalPlan(target=args.target, prompts=args.prompts, drafts={m: p for m, p in drafts.items() if p},
                     methods=methods, gamma_mode=mode, gammas=tuple(gammas), temperatures=tuple(args.temperature),

@@ -252,3 +252,38 @@ def test_sampled_first_tokens_follow_the_targets_distribution(target_dir, sample
                                     max_new_tokens=1, eos_ids=set(), pad_id=0,
                                     generator=torch.Generator().manual_seed(7), sampler=sampler)
     assert top_k_and_tail_mismatches([r[0] for r in rows], p.tolist(), k=12) == []
+
+
+def test_assemble_only_rebuilds_the_same_data_from_archived_shards_and_names_a_missing_one(target_dir, tmp_path,
+                                                                                          monkeypatch):
+    """A data directory carried as an archive (``datagen.archive``) is rebuilt byte for byte without loading the
+    target's weights or sampling; with a shard missing, ``--assemble-only`` stops naming it instead of generating."""
+    import shutil
+
+    from eaglehead.cli import main
+    from eaglehead.datagen import archive
+
+    whole = datagen.run(_cfg(target_dir, tmp_path / "whole"))
+    archive.pack(tmp_path / "whole", tmp_path / "archive")
+    archive.unpack(tmp_path / "archive", tmp_path / "restored")
+    calls = count_sampler_calls(monkeypatch)
+    monkeypatch.setattr("eaglehead.builtin.models.load_target", lambda *a, **k: pytest.fail("weights loaded"))
+    rebuilt = datagen.run(_cfg(target_dir, tmp_path / "restored"), assemble_only=True)
+    assert calls["n"] == 0
+    assert (tmp_path / "restored" / "conversations.jsonl").read_bytes() == \
+        (tmp_path / "whole" / "conversations.jsonl").read_bytes()
+    assert {k: v for k, v in rebuilt.items() if k != "seconds_this_run"} == \
+        {k: v for k, v in whole.items() if k != "seconds_this_run"}
+
+    gone = sorted((tmp_path / "restored" / "answer").glob("answer-*.jsonl"))[-1]
+    gone.unlink()
+    with pytest.raises(ValueError, match=rf"{gone}: not written \(1 of the \d+ answer shards are missing\), and this "
+                                         r"run only assembles"):
+        datagen.run(_cfg(target_dir, tmp_path / "restored"), assemble_only=True)
+    shutil.rmtree(tmp_path / "restored" / "user")
+    with pytest.raises(ValueError, match=r"user-00000.jsonl: not written \(Magpie round 0 is missing\)"):
+        datagen.run(_cfg(target_dir, tmp_path / "restored"), assemble_only=True)
+    assert calls["n"] == 0
+    cfg = tmp_path / "data.yaml"
+    cfg.write_text(f"target: {target_dir}\nout_dir: {tmp_path / 'whole'}\n")
+    assert main(["prepare", "--assemble-only", "--config", str(cfg)]) == 2  # needs --data-config: a named error

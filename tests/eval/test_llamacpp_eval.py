@@ -189,3 +189,37 @@ def test_without_xllamacpp_the_plan_gives_the_pip_command(first_turns, tmp_path,
     with pytest.raises(ValueError, match="--methods.*xllamacpp") as err:
         _plan(first_turns, tmp_path / "o", methods=["vanilla", "llamacpp"])
     assert INSTALL_HINT in str(err.value)
+
+
+def test_an_eagle31_draft_needs_a_plain_head_for_llamacpp_and_llamacpp_draft_gives_it(first_turns, tmp_path):
+    """llama.cpp cannot run an EAGLE 3.1 head: with one as --draft, llamacpp-eagle3 stops naming --llamacpp-draft;
+    given a plain EAGLE-3 head there, llama.cpp exports and runs that one while the torch methods keep --draft."""
+    import argparse
+    import dataclasses
+
+    from eaglehead.draftheads.checkpoint import load_head, save_pretrained
+    from eaglehead.draftheads.eagle3 import Eagle3Head
+    from eaglehead.eval.llamacpp_engine import LlamaCppEngines
+    from eaglehead.eval.plan import add_eval_arguments, plan_from_args
+
+    plain = load_head(HEAD)
+    head31 = Eagle3Head(dataclasses.replace(plain.config, fc_norm=True, norm_output=True))
+    head31.load_state_dict(plain.state_dict(), strict=False)  # the fc_norm weights stay at their ones
+    save_pretrained(head31, tmp_path / "eagle31")
+    methods = ["vanilla", "eagle3", "llamacpp", "llamacpp-eagle3"]
+    plan = _plan(first_turns, tmp_path / "a", methods=methods, drafts={"eagle3": str(tmp_path / "eagle31")})
+    with pytest.raises(ValueError, match=r"--draft .*eagle31': cannot run in llama.cpp \(fc_norm: .*give "
+                                         r"llamacpp-eagle3 a plain EAGLE-3 head of this target with --llamacpp-draft"):
+        LlamaCppEngines.for_plan(plan, None, set(), n_ctx=64)
+    plan = _plan(first_turns, tmp_path / "b", methods=methods,
+                 drafts={"eagle3": str(tmp_path / "eagle31"), "llamacpp-eagle3": HEAD})
+    engines = LlamaCppEngines.for_plan(plan, None, set(), n_ctx=64)
+    assert engines.description["head_checkpoint"] == HEAD and engines.head_path.is_file()
+    assert plan.drafts["eagle3"] == str(tmp_path / "eagle31")
+    # the option reaches the plan from the command line
+    parser = argparse.ArgumentParser()
+    add_eval_arguments(parser)
+    args = parser.parse_args(["--target", plan.target, "--prompts", str(first_turns), "--draft", HEAD,
+                              "--llamacpp-draft", HEAD, "--methods", "vanilla,llamacpp-eagle3", "--out",
+                              str(tmp_path / "c"), "--device", "cpu", "--tune-fraction", "0"])
+    assert plan_from_args(args).drafts == {"eagle3": HEAD, "llamacpp-eagle3": HEAD}
