@@ -27,7 +27,7 @@ from pathlib import Path
 _SHARD = re.compile(r"^(?P<stage>[a-z0-9]+)-\d{5}(\.jsonl|\.engine\.json)$")
 
 
-def _carried(out_dir: Path) -> list[Path]:
+def carried_files(out_dir: Path) -> list[Path]:
     """Paths relative to ``out_dir`` of the files ``pack`` carries, in a stable order."""
     files = [Path("config.json")] if (out_dir / "config.json").is_file() else []
     for stage in sorted(p for p in out_dir.iterdir() if p.is_dir()):
@@ -52,7 +52,7 @@ def pack(out_dir: str | Path, archive: str | Path) -> dict:
     if not (src / "config.json").is_file():
         raise ValueError(f"{src}: not a data directory (no config.json); expected the out_dir of a data config")
     added = present = 0
-    for rel in _carried(src):
+    for rel in carried_files(src):
         data = (src / rel).read_bytes()
         target = dst / rel.parent / (rel.name + ".xz")
         if target.is_file():

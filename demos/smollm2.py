@@ -10,8 +10,11 @@ with nothing downloaded.
    ``recipe.json`` (``files``: name -> sha256, ``commands``: how it was built), verified before use:
    ``smollm2_eagle3`` (the EAGLE-3 head), ``smollm2_eagle1`` (the EAGLE-1 ablation; optional),
    ``smollm2_draft_lm`` (a small Llama with the target's tokenizer) and the chat data the target wrote
-   itself, read by ``--retrain`` only, in the order the recipes train on it (``DATA_ASSETS``):
-   ``smollm2_data`` and ``smollm2_data_tasks`` (each a ``conversations.jsonl.xz`` of its data config).
+   itself, in the order the recipes train on it (``RECIPE_DATA``): ``smollm2_data`` and ``smollm2_data_tasks``
+   (each a ``conversations.jsonl.xz`` of its data config; the small recipe, which ``--retrain`` runs), then
+   ``smollm2_data_large`` and ``smollm2_data_large_tasks`` (each its data directory's shards, archived; the
+   large recipe adds them). ``smollm2_eagle3_plain``, where shipped, is an EAGLE-3 head without the EAGLE 3.1
+   norms for llama.cpp (which cannot run a 3.1 head).
    A missing head or draft LM stops the command before any long work, naming the directory and the
    ``--retrain`` command that builds it (a missing data file under ``--retrain``: the ``eaglehead prepare
    --data-config`` and ``ship-data --kind`` commands that build it); ``--retrain`` runs the commands a user
@@ -36,7 +39,8 @@ from .smollm2_assets import (
     CHAT_DIRS,
     DATA_ASSETS,
     DATA_CONFIGS,
-    DATA_FILE,
+    HEAD_KINDS,
+    RECIPE_DATA,
     TARGET,
     DraftLMTrainer,
     Runner,
@@ -434,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--kinds", default="eagle3,eagle1,draft-lm")
     r = sub.add_parser("ship-run", help="ship a finished run of the README's recipe (float16, with its recipe)")
     r.add_argument("--run", required=True, help="the run's output_dir (or the draft LM's out)")
-    r.add_argument("--kind", required=True, choices=["eagle3", "eagle1", "draft-lm"])
+    r.add_argument("--kind", required=True, choices=[*HEAD_KINDS, "draft-lm"],
+                   help="eagle3: the demo's head (EAGLE-3 or 3.1); eagle3-plain: an EAGLE-3 head without the 3.1 "
+                        "norms, for llama.cpp; eagle1: the ablation; draft-lm")
+    r.add_argument("--recipe", default="small", choices=list(RECIPE_DATA),
+                   help="the recipe the run followed: small (configs/smollm2-135m-instruct.yaml, the two small chat "
+                        "sets) or large (configs/smollm2-135m-instruct-large.yaml, all four); default small")
     g = sub.add_parser("goals", help="the goals and per-category x turn tau tables of an evaluation report "
                                      "(e.g. the full MT-bench run's)")
     g.add_argument("--report", required=True, help="report.json written by eaglehead eval")
@@ -452,9 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "ship-data":
         dest = ship_data(Path(args.chat_dir or CHAT_DIRS[args.kind]), root / ASSETS[args.kind], kind=args.kind,
                          overwrite=args.overwrite)
-        print(f"shipped {dest} ({(dest / DATA_FILE).stat().st_size / 2**20:.1f} MiB compressed)")
+        size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+        print(f"shipped {dest} ({size / 2**20:.1f} MiB compressed)")
     elif args.what == "ship-run":
-        dest = ship_run(Path(args.run), args.kind, root, overwrite=args.overwrite)
+        dest = ship_run(Path(args.run), args.kind, root, recipe=args.recipe, overwrite=args.overwrite)
         print(f"shipped {dest} ({sum(p.stat().st_size for p in dest.iterdir()) / 2**20:.1f} MiB)")
     else:
         for dest in ship_built(Path(args.out), root, tuple(args.kinds.split(",")), overwrite=args.overwrite):

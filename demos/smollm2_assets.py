@@ -2,7 +2,13 @@
 from the shipped data with the README's own commands, and how a finished run is shipped.
 
     python -m eaglehead.demos.smollm2 ship-data --kind data-tasks       # compress a chat data set into the assets
+    python -m eaglehead.demos.smollm2 ship-data --kind data-large       # a large one: its shards, archived
     python -m eaglehead.demos.smollm2 ship-run --run runs/smollm2-135m-instruct/eagle3 --kind eagle3
+    python -m eaglehead.demos.smollm2 ship-run --run runs/smollm2-135m-instruct/large-eagle31 --kind eagle3 --recipe large
+
+Two recipes train a head: ``small`` (``configs/smollm2-135m-instruct.yaml``: the two small chat sets, features
+cached once) and ``large`` (``configs/smollm2-135m-instruct-large.yaml``: those plus the two large sets, ~6x the
+answer tokens, features computed online). ``--retrain`` runs the small one.
 
 Every artifact directory carries a ``recipe.json`` with its files' sha256 (:func:`verify_asset`).
 """
@@ -33,17 +39,32 @@ from .common import CONFIGS, has_stamp, input_key, say, write_stamp
 TARGET = "builtin:smollm2-135m-instruct"
 RETRAIN = "eaglehead demo --target smollm2-135m-instruct --retrain"
 CONFIG = CONFIGS / "smollm2-135m-instruct.yaml"
+LARGE_CONFIG = CONFIGS / "smollm2-135m-instruct-large.yaml"
 DRAFT_LM_CONFIG = CONFIGS / "smollm2-135m-instruct-draft-lm.yaml"
 ACCELERATE_CPU = CONFIGS / "accelerate" / "cpu.yaml"
-ASSETS = {"eagle3": "smollm2_eagle3", "eagle1": "smollm2_eagle1", "draft-lm": "smollm2_draft_lm",
-          "data": "smollm2_data", "data-tasks": "smollm2_data_tasks"}
-# The chat data assets, in the order the recipes train on them (configs/smollm2-135m-instruct.yaml's
-# data.sources and the draft LM's data), with the data config that writes each and its output directory.
-DATA_ASSETS = ("data", "data-tasks")
+# eagle3: the head the demo evaluates (EAGLE-3 or EAGLE 3.1); eagle3-plain: an EAGLE-3 head without the 3.1
+# norms, for llama.cpp (whose EAGLE-3 drafter cannot run a 3.1 head), shipped when eagle3 is a 3.1 head.
+ASSETS = {"eagle3": "smollm2_eagle3", "eagle3-plain": "smollm2_eagle3_plain", "eagle1": "smollm2_eagle1",
+          "draft-lm": "smollm2_draft_lm", "data": "smollm2_data", "data-tasks": "smollm2_data_tasks",
+          "data-large": "smollm2_data_large", "data-large-tasks": "smollm2_data_large_tasks"}
+HEAD_KINDS = ("eagle3", "eagle3-plain", "eagle1")
+# The chat data assets, in the order the recipes train on them (data.sources of each recipe's config; the draft
+# LM reads the small recipe's), with the data config that writes each and its output directory.
+RECIPE_DATA = {"small": ("data", "data-tasks"), "large": ("data", "data-tasks", "data-large", "data-large-tasks")}
+RECIPE_CONFIGS = {"small": CONFIG, "large": LARGE_CONFIG}
+DATA_ASSETS = RECIPE_DATA["large"]  # every shipped chat data set
+# Shipped as the finished shards of their data directory (datagen.archive: xz each, ~1/2 the size of the
+# conversations compressed) and rebuilt by `eaglehead prepare --assemble-only`; the others as conversations.jsonl.xz.
+ARCHIVED_DATA = ("data-large", "data-large-tasks")
 DATA_CONFIGS = {"data": CONFIGS / "smollm2-135m-instruct-data.yaml",
-                "data-tasks": CONFIGS / "smollm2-135m-instruct-data-tasks.yaml"}
-CHAT_DIRS = {"data": "runs/smollm2-135m-instruct/chat", "data-tasks": "runs/smollm2-135m-instruct/chat-tasks"}
+                "data-tasks": CONFIGS / "smollm2-135m-instruct-data-tasks.yaml",
+                "data-large": CONFIGS / "smollm2-135m-instruct-data-large.yaml",
+                "data-large-tasks": CONFIGS / "smollm2-135m-instruct-data-large-tasks.yaml"}
+CHAT_DIRS = {"data": "runs/smollm2-135m-instruct/chat", "data-tasks": "runs/smollm2-135m-instruct/chat-tasks",
+             "data-large": "runs/smollm2-135m-instruct/chat-large",
+             "data-large-tasks": "runs/smollm2-135m-instruct/chat-large-tasks"}
 DATA_FILE = "conversations.jsonl.xz"
+ARCHIVE_CONFIG = "config.json.xz"  # the first file of an archived data asset (its data directory's config.json)
 # (data files in order, output dir, target) -> the commands it ran; writes a save_pretrained draft LM into output dir.
 DraftLMTrainer = Callable[[list[Path], Path, str], list[str]]
 Runner = Callable[[list[str], Path], None]  # runs one user-facing command, its output to a log file
@@ -91,17 +112,21 @@ def _data_kind(kind: str) -> str:
 
 def data_rebuild_hint(data_dir: Path, kind: str = "data") -> str:
     """The commands that build the ``kind`` chat data asset into ``data_dir``."""
+    if kind in ARCHIVED_DATA:
+        return (f"eaglehead prepare --data-config {DATA_CONFIGS[kind]} (hours), then python -m eaglehead.demos.smollm2 "
+                f"ship-data --kind {kind} --chat-dir {CHAT_DIRS[kind]} --assets {data_dir.parent} (it archives the "
+                f"directory's shards into {data_dir} and lists them and the conversations' sha256 in recipe.json)")
     return (f"eaglehead prepare --data-config {DATA_CONFIGS[_data_kind(kind)]}, then python -m eaglehead.demos.smollm2 "
             f"ship-data --kind {kind} --chat-dir {CHAT_DIRS[kind]} --assets {data_dir.parent} (it compresses the "
             f"conversations.jsonl it wrote into {data_dir / DATA_FILE} and lists its sha256 in recipe.json)")
 
 
-def verify_data(root: Path) -> list[dict]:
-    """The recipe.json of every chat data asset under ``root``, in ``DATA_ASSETS`` order, each verified (a
-    missing one: :class:`MissingArtifactError` with the commands that build it) and holding the sha256 of
-    its uncompressed conversations (``inputs.conversations_sha256``)."""
+def verify_data(root: Path, kinds: tuple[str, ...] = RECIPE_DATA["small"]) -> list[dict]:
+    """The recipe.json of each chat data asset ``kinds`` under ``root``, in order, each verified (a missing one:
+    :class:`MissingArtifactError` with the commands that build it) and holding the sha256 of its uncompressed
+    conversations (``inputs.conversations_sha256``)."""
     recipes = []
-    for kind in DATA_ASSETS:
+    for kind in kinds:
         data_dir = root / ASSETS[kind]
         recipe = _data_recipe(data_dir, kind)
         if not isinstance(recipe.get("inputs", {}).get("conversations_sha256"), str):
@@ -112,10 +137,12 @@ def verify_data(root: Path) -> list[dict]:
 
 
 def _data_recipe(data_dir: Path, kind: str) -> dict:
-    """``data_dir``'s recipe.json, its files verified by hash, with the compressed conversations among them."""
+    """``data_dir``'s recipe.json, its files verified by hash, with the compressed conversations (an archived
+    kind: the data directory's config) among them."""
     recipe = verify_asset(data_dir, rebuild=data_rebuild_hint(data_dir, kind))
-    if DATA_FILE not in recipe["files"]:
-        raise ValueError(f"{data_dir / 'recipe.json'}: expected {DATA_FILE} among its files")
+    first = ARCHIVE_CONFIG if kind in ARCHIVED_DATA else DATA_FILE
+    if first not in recipe["files"]:
+        raise ValueError(f"{data_dir / 'recipe.json'}: expected {first} among its files")
     return recipe
 
 
@@ -123,30 +150,50 @@ def _data_recipe(data_dir: Path, kind: str) -> dict:
 
 def unpack_data(data_dir: Path, out: Path, kind: str = "data") -> tuple[Path, str]:
     """(``out/data/<data_dir's name>/conversations.jsonl``, its sha256): the shipped ``kind`` chat data,
-    verified and decompressed once per shipped file; the sha256 is the uncompressed file's, checked against
-    the recipe's ``inputs.conversations_sha256`` where it records one."""
+    verified and decompressed once per shipped file (an archived kind: its shards restored and assembled once
+    per shipped archive, :func:`_assemble`); the sha256 is the uncompressed file's, checked against the
+    recipe's ``inputs.conversations_sha256`` where it records one."""
     recipe = _data_recipe(data_dir, kind)
-    stamp, dest = recipe["files"][DATA_FILE], out / "data" / data_dir.name
+    archived = kind in ARCHIVED_DATA
+    stamp = input_key(recipe["files"]) if archived else recipe["files"][DATA_FILE]
+    dest = out / "data" / data_dir.name
     want = recipe.get("inputs", {}).get("conversations_sha256")
     path = dest / "conversations.jsonl"
     digest = file_sha256(path) if has_stamp(dest, stamp) and path.is_file() else None
     if digest is None or (want is not None and digest != want):
         dest.mkdir(parents=True, exist_ok=True)
-        with lzma.open(data_dir / DATA_FILE) as src, path.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
+        if archived:
+            _assemble(data_dir, dest, kind)
+        else:
+            with lzma.open(data_dir / DATA_FILE) as src, path.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
         write_stamp(dest, stamp)
         digest = file_sha256(path)
     if want is not None and digest != want:
-        raise ValueError(f"{data_dir / DATA_FILE}: decompresses to a file with sha256 {digest}, not the "
+        raise ValueError(f"{data_dir / (ARCHIVE_CONFIG if archived else DATA_FILE)}: "
+                         f"{'its shards assemble' if archived else 'decompresses'} to a file with sha256 {digest}, not the "
                          f"inputs.conversations_sha256 {want} of its recipe.json; rebuild it with: "
                          f"{data_rebuild_hint(data_dir, kind)}")
     return path, digest
 
 
-def unpack_all_data(root: Path, out: Path) -> tuple[list[Path], list[str]]:
-    """(files, their sha256s): every shipped chat data asset under ``root`` unpacked by :func:`unpack_data`,
-    in ``DATA_ASSETS`` order (the order the recipes train on them)."""
-    unpacked = [unpack_data(root / ASSETS[kind], out, kind) for kind in DATA_ASSETS]
+def _assemble(data_dir: Path, dest: Path, kind: str) -> None:
+    """An archived data asset's shards restored into ``dest`` and assembled there (nothing generated: a missing
+    shard is an error naming it), as ``python -m eaglehead.datagen.archive unpack`` + ``eaglehead prepare
+    --assemble-only --data-config DATA_CONFIGS[kind] out_dir=dest`` do."""
+    from eaglehead.builtin.typed_config import load_config
+    from eaglehead.datagen import ChatDataConfig
+    from eaglehead.datagen import archive
+    from eaglehead.datagen.pipeline import run as run_datagen
+
+    archive.unpack(data_dir, dest)
+    run_datagen(load_config(ChatDataConfig, DATA_CONFIGS[kind], [f"out_dir={dest}"]), assemble_only=True)
+
+
+def unpack_all_data(root: Path, out: Path, kinds: tuple[str, ...] = RECIPE_DATA["small"]) -> tuple[list[Path], list[str]]:
+    """(files, their sha256s): the shipped chat data assets ``kinds`` under ``root`` unpacked by
+    :func:`unpack_data`, in order (the order the recipes train on them)."""
+    unpacked = [unpack_data(root / ASSETS[kind], out, kind) for kind in kinds]
     return [p for p, _ in unpacked], [d for _, d in unpacked]
 
 
@@ -272,6 +319,8 @@ def ship_data(chat_dir: Path, dest: Path, *, kind: str = "data", overwrite: bool
     digest = file_sha256(conversations)
     if manifest.get("sha256") != digest:
         raise ValueError(f"{conversations}: its sha256 differs from {manifest_file} (changed after it was written)")
+    if kind in ARCHIVED_DATA:
+        return _ship_archive(chat_dir, dest, kind, manifest, overwrite=overwrite)
     if dest.exists() and any(dest.iterdir()) and not overwrite:
         raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
     staging = dest.with_name(dest.name + ".build")
@@ -290,6 +339,38 @@ def ship_data(chat_dir: Path, dest: Path, *, kind: str = "data", overwrite: bool
     shutil.rmtree(staging)
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(packed, dest)  # a complete directory, or none: an interrupted run leaves only *.build*
+    return dest
+
+
+def _ship_archive(chat_dir: Path, dest: Path, kind: str, manifest: dict, *, overwrite: bool) -> Path:
+    """An archived data asset: every finished shard of ``chat_dir`` (and its config) xz-compressed into ``dest``
+    by ``datagen.archive pack`` (a shard already there is kept when it holds the same rows; another run's is an
+    error), then a recipe.json listing each file's sha256, the commands that rebuild the conversations from
+    them and the conversations' sha256. A file of ``dest`` that ``chat_dir`` does not hold is refused (the
+    archive must be exactly this directory's). A README.md there is kept, not listed."""
+    from eaglehead.datagen import archive
+    from eaglehead.pretrain.core import package_versions
+
+    recipe_file = dest / "recipe.json"
+    if recipe_file.is_file() and not overwrite:
+        raise ValueError(f"{dest} is shipped already (recipe.json); pass --overwrite to replace the shipped {kind}")
+    archive.pack(chat_dir, dest)
+    carried = {str(rel) + ".xz" for rel in archive.carried_files(chat_dir)}
+    packed = {str(p.relative_to(dest)) for p in dest.rglob("*.xz")}
+    if packed != carried:
+        extra = sorted(packed - carried)
+        raise ValueError(f"{dest}: holds {len(extra)} archived file(s) that {chat_dir} does not ({', '.join(extra[:3])}"
+                         f"{' ...' if len(extra) > 3 else ''}): another run's shards; remove them, or ship into a new directory")
+    config = DATA_CONFIGS[kind].name
+    recipe = {"files": {name: file_sha256(dest / name) for name in sorted(packed)},
+              "commands": [f"python -m eaglehead.datagen.archive unpack builtin/assets/{dest.name} {CHAT_DIRS[kind]}",
+                           f"eaglehead prepare --assemble-only --data-config configs/{config}"],
+              "inputs": {"conversations_sha256": manifest["sha256"], "conversations": manifest.get("conversations"),
+                         "answer_tokens": manifest.get("answer_tokens")},
+              "manifest": manifest, "commit": source_commit(), "versions": package_versions()}
+    staging = recipe_file.with_name("recipe.json.tmp")
+    staging.write_text(json.dumps(recipe, indent=1))
+    os.replace(staging, recipe_file)
     return dest
 
 
@@ -329,86 +410,120 @@ def _draft_lm_data(run: Path, recipe: dict) -> list[tuple[str, str]]:
     return [(str(f.get("path")), f["sha256"]) for f in files]
 
 
-def _check_trained_on(run: Path, what: str, trained: list[tuple[str, str | None]], want: list[str]) -> None:
+def _check_trained_on(run: Path, what: str, trained: list[tuple[str, str | None]], want: list[str],
+                      kinds: tuple[str, ...] = RECIPE_DATA["small"]) -> None:
     """Refuse a run whose data files ((path, sha256 or None where the file is missing), in order) are not
-    the shipped chat data files (``want``: their sha256s in ``DATA_ASSETS`` order), naming the difference."""
-    shipped = ", ".join(f"{ASSETS[k]} (sha256 {w})" for k, w in zip(DATA_ASSETS, want))
+    the shipped chat data files ``kinds`` (``want``: their sha256s in that order), naming the difference."""
+    shipped = ", ".join(f"{ASSETS[k]} (sha256 {w})" for k, w in zip(kinds, want))
     expected = f"expected the shipped chat data, {len(want)} file(s) in this order: {shipped}"
     if len(trained) != len(want):
         raise ValueError(f"{run}: {what} lists {len(trained)} file(s) ({', '.join(p for p, _ in trained)}): not the "
                          f"shipped chat data; {expected}")
-    for i, ((path, got), w, k) in enumerate(zip(trained, want, DATA_ASSETS)):
+    for i, ((path, got), w, k) in enumerate(zip(trained, want, kinds)):
         if got == w:
             continue
         if got is None:
             raise ValueError(f"{run}: {what}[{i}] {path}: no such file, so it cannot be checked against the shipped "
                              f"chat data {ASSETS[k]} (sha256 {w}); {expected}")
-        elsewhere = [ASSETS[DATA_ASSETS[j]] for j, x in enumerate(want) if x == got]
+        elsewhere = [ASSETS[kinds[j]] for j, x in enumerate(want) if x == got]
         why = f"the shipped {elsewhere[0]}, in the wrong order" if elsewhere else "not the shipped chat data"
         raise ValueError(f"{run}: {what}[{i}] {path} has sha256 {got}: {why} (position {i} must be {ASSETS[k]}, "
                          f"sha256 {w}); {expected}")
 
 
-def ship_run(run: Path, kind: str, root: Path, *, overwrite: bool = False) -> Path:
-    """Ship a finished training run of the README's recipe (not ``--retrain``'s layout) as the ``kind``
-    artifact, in float16: the EAGLE-3 head in the EAGLE-3 layout the engines load, the EAGLE-1 ablation in
-    eaglehead's layout, the draft LM as ``python -m eaglehead.pretrain.draft_lm`` wrote it. The recipe records the
-    commands, the resolved config, every launch of the run (start step, commit, threads), the data files'
-    sha256s (``inputs.data_sha256s``), the steps and final metrics, and the commit shipping it.
+def _run_commands(recipe: str, cfg, launch: dict) -> list[str]:
+    """The commands that rebuild a head of ``recipe`` from the shipped data: the small recipe caches features
+    once (``eaglehead prepare --cache-features``); the large one restores the chat data sets and computes
+    features online. The training command is the run's last launch (its overrides set the final schedule: a
+    wsd run annealed at step N was last launched with optim.max_steps=N, which reproduces it from step 0)."""
+    argv = launch["argv"]
+    if recipe == "small":
+        config_arg = argv[argv.index("--config") + 1] if "--config" in argv else str(CONFIG)
+        return [f"eaglehead prepare --config {config_arg} --cache-features {cfg.features.dir}",
+                f"accelerate launch --config_file configs/accelerate/cpu.yaml -m eaglehead.train {shlex.join(argv)}"]
+    data = []
+    for kind in RECIPE_DATA[recipe]:
+        asset, chat = f"builtin/assets/{ASSETS[kind]}", CHAT_DIRS[kind]
+        if kind in ARCHIVED_DATA:
+            data.append(f"python -m eaglehead.datagen.archive unpack {asset} {chat} && eaglehead prepare "
+                        f"--assemble-only --data-config configs/{DATA_CONFIGS[kind].name}")
+        else:
+            data.append(f"mkdir -p {chat} && xz -dc {asset}/{DATA_FILE} > {chat}/conversations.jsonl")
+    processes, threads = int(launch.get("processes") or 1), launch.get("threads")
+    accelerate = f"cpu_ddp.yaml --num_processes {processes}" if processes > 1 else "cpu.yaml"
+    env = f"OMP_NUM_THREADS={threads} " if threads else ""
+    return data + [f"{env}accelerate launch --config_file configs/accelerate/{accelerate} -m eaglehead.train "
+                   f"{shlex.join(argv)}"]
 
-    The run must have trained on exactly the shipped chat data files, in ``DATA_ASSETS`` order: a head's
-    ``data.sources``, a draft LM's recipe ``inputs.data`` (the sha256 of its file or of each of its
-    ``files``); every shipped data asset must be there (:func:`verify_data`)."""
+
+def ship_run(run: Path, kind: str, root: Path, *, recipe: str = "small", overwrite: bool = False) -> Path:
+    """Ship a finished training run of one of the README's recipes (``recipe``: ``small`` or ``large``; not
+    ``--retrain``'s layout) as the ``kind`` artifact, in float16: an EAGLE-3 head (``eagle3``, EAGLE 3.1
+    included; ``eagle3-plain``, without the 3.1 norms, for llama.cpp) in the EAGLE-3 layout the engines load, the
+    EAGLE-1 ablation in eaglehead's layout, the draft LM as ``python -m eaglehead.pretrain.draft_lm`` wrote it
+    (small recipe only). The recipe.json records the recipe's name, the commands (the data's, then one training
+    command that reproduces the run's schedule), the resolved config, every launch of the run (start step,
+    argv, commit, processes, threads), the data files' sha256s (``inputs.data_sha256s``), the steps and final
+    metrics, and the commit shipping it.
+
+    The run must have trained on exactly the recipe's shipped chat data files, in order (``RECIPE_DATA``): a
+    head's ``data.sources``, a draft LM's recipe ``inputs.data`` (the sha256 of its file or of each of its
+    ``files``); those data assets must be there (:func:`verify_data`)."""
     import torch
 
     from eaglehead.builtin.typed_config import load_config
     from eaglehead.draftheads.checkpoint import export_eagle3, load_pretrained, save_pretrained
     from eaglehead.train.recipe import TrainConfig
 
-    if kind not in ASSETS or kind in DATA_ASSETS:
-        raise ValueError(f"kind: expected one of eagle3, eagle1, draft-lm, got {kind!r}")
+    if kind not in (*HEAD_KINDS, "draft-lm"):
+        raise ValueError(f"kind: expected one of {', '.join(HEAD_KINDS)}, draft-lm, got {kind!r}")
+    if recipe not in RECIPE_DATA:
+        raise ValueError(f"recipe: expected one of {', '.join(RECIPE_DATA)}, got {recipe!r}")
+    if kind == "draft-lm" and recipe != "small":
+        raise ValueError(f"recipe {recipe!r}: the draft LM has one recipe, small (its own config, on the two small "
+                         "chat data sets)")
     dest = root / ASSETS[kind]
     if dest.exists() and any(dest.iterdir()) and not overwrite:
         raise ValueError(f"{dest} exists and is not empty; pass --overwrite to replace the shipped {kind}")
-    want = [r["inputs"]["conversations_sha256"] for r in verify_data(root)]
+    kinds = RECIPE_DATA[recipe]
+    want = [r["inputs"]["conversations_sha256"] for r in verify_data(root, kinds)]
     staging = dest.with_name(dest.name + ".build")
     shutil.rmtree(staging, ignore_errors=True)
     if kind == "draft-lm":
-        recipe = verify_asset(run)
-        _check_trained_on(run, "its recipe.json inputs.data", _draft_lm_data(run, recipe), want)
+        lm_recipe = verify_asset(run)
+        _check_trained_on(run, "its recipe.json inputs.data", _draft_lm_data(run, lm_recipe), want, kinds)
         staging.mkdir(parents=True)
-        for name in recipe["files"]:
+        for name in lm_recipe["files"]:
             shutil.copyfile(run / name, staging / name)
-        recipe = {k: v for k, v in recipe.items() if k != "files"}
+        record = {k: v for k, v in lm_recipe.items() if k != "files"}
     else:
         summary_file = run / "summary.json"
         if not summary_file.is_file():
             raise ValueError(f"{summary_file}: no such file; the training in {run} has not finished")
         cfg = load_config(TrainConfig, run / "config.yaml")
-        if cfg.head.type != kind:
+        head_type = "eagle1" if kind == "eagle1" else "eagle3"
+        if cfg.head.type != head_type:
             raise ValueError(f"{run}: holds an {cfg.head.type} head, not {kind}")
+        if kind == "eagle3-plain" and (cfg.head.fc_norm or cfg.head.norm_output):
+            raise ValueError(f"{run}: holds an EAGLE 3.1 head (head.fc_norm {cfg.head.fc_norm}, head.norm_output "
+                             f"{cfg.head.norm_output}); eagle3-plain is the head llama.cpp runs, both off")
         sources = [(str(s), file_sha256(Path(s)) if Path(s).is_file() else None) for s in cfg.data.sources]
-        _check_trained_on(run, "its data.sources", sources, want)
+        _check_trained_on(run, "its data.sources", sources, want, kinds)
         launches = _launch_records(run)
         head = load_pretrained(run / "head")
-        if kind == "eagle3":
+        if head_type == "eagle3":
             export_eagle3(head, staging, dtype=torch.float16)
         else:
             save_pretrained(head.to(torch.float16), staging)
         summary = json.loads(summary_file.read_text())
-        argv = launches[-1]["argv"]
-        config_arg = argv[argv.index("--config") + 1] if "--config" in argv else str(CONFIG)
-        recipe = {"commands": [
-                      f"eaglehead prepare --config {config_arg} --cache-features {cfg.features.dir}",
-                      "accelerate launch --config_file configs/accelerate/cpu.yaml "
-                      f"-m eaglehead.train {shlex.join(argv)}"],
+        record = {"recipe": recipe, "commands": _run_commands(recipe, cfg, launches[-1]),
                   "config": (run / "config.yaml").read_text(), "launches": launches,
                   "inputs": {"data_sha256s": want, "target": cfg.model.target},
                   "results": {"steps": summary.get("step"), "metrics": summary.get("metrics")},
-                  "format": ("EAGLE-3 layout (vLLM / SGLang), float16" if kind == "eagle3"
+                  "format": ("EAGLE-3 layout (vLLM / SGLang), float16" if head_type == "eagle3"
                              else "eaglehead layout, float16")}
-    recipe["commit"] = source_commit()
-    packed = package_artifact(staging, staging.with_name(staging.name + ".packed"), recipe)
+    record["commit"] = source_commit()
+    packed = package_artifact(staging, staging.with_name(staging.name + ".packed"), record)
     shutil.rmtree(staging)
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(packed, dest)

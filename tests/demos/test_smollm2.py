@@ -291,9 +291,8 @@ def test_demo_target_option(capsys):
 
 
 def test_ship_data_compresses_verifies_and_refuses_to_overwrite(tmp_path):
-    from eaglehead.demos.smollm2 import DATA_FILE
     from eaglehead.demos.smollm2 import main as ship_main
-    from eaglehead.demos.smollm2_assets import unpack_data
+    from eaglehead.demos.smollm2_assets import DATA_FILE, unpack_data
 
     chat = tmp_path / "chat"
     chat.mkdir()
@@ -321,11 +320,11 @@ def test_ship_data_compresses_verifies_and_refuses_to_overwrite(tmp_path):
 
 
 def test_ship_data_of_the_task_chat_is_the_second_data_asset(tmp_path):
-    from eaglehead.demos.smollm2 import DATA_ASSETS, DATA_FILE
     from eaglehead.demos.smollm2 import main as ship_main
-    from eaglehead.demos.smollm2_assets import unpack_data
+    from eaglehead.demos.smollm2_assets import DATA_ASSETS, DATA_FILE, RECIPE_DATA, unpack_data
 
-    assert DATA_ASSETS == ("data", "data-tasks")
+    assert RECIPE_DATA["small"] == ("data", "data-tasks") and DATA_ASSETS == RECIPE_DATA["large"]
+    assert DATA_ASSETS == ("data", "data-tasks", "data-large", "data-large-tasks")
     chat = tmp_path / "chat-tasks"
     chat.mkdir()
     (chat / "conversations.jsonl").write_text(_chat("task", 20))
@@ -371,18 +370,24 @@ def test_ship_built_copies_verified_artifacts(stand_ins, tmp_path):
 
 
 @pytest.mark.parametrize("kind, conversations, min_answer_tokens",
-                         [("data", 1678, 400_000), ("data-tasks", 640, 200_000)])
+                         [("data", 1678, 400_000), ("data-tasks", 640, 200_000), ("data-large", 13917, 5_000_000),
+                          ("data-large-tasks", 8000, 2_900_000)])
 def test_the_shipped_chat_data_is_intact_and_large_enough(kind, conversations, min_answer_tokens, tmp_path):
-    """Each shipped SmolLM2 chat data file: its hashes hold, it unpacks to the conversations its manifest
-    hashed, it was written by the target, and the two together carry the recipe's 400k+ assistant tokens."""
+    """Each shipped SmolLM2 chat data set: its hashes hold, it unpacks (an archived one: its shards assemble,
+    nothing sampled) to the conversations its manifest hashed, it was written by the target, and the small two
+    carry the small recipe's 600k+ answer tokens, all four the large recipe's 8M+."""
     from eaglehead.demos.smollm2 import ASSETS
-    from eaglehead.demos.smollm2_assets import assets_root, unpack_data, verify_asset
+    from eaglehead.demos.smollm2_assets import ARCHIVE_CONFIG, ARCHIVED_DATA, assets_root, unpack_data, verify_asset
 
     shipped = assets_root() / ASSETS[kind]
     recipe = verify_asset(shipped)
-    manifest = json.loads((shipped / "manifest.json").read_text())
+    if kind in ARCHIVED_DATA:
+        manifest, data_config = recipe["manifest"], json.loads(lzma.decompress((shipped / ARCHIVE_CONFIG).read_bytes()))
+    else:
+        manifest = json.loads((shipped / "manifest.json").read_text())
+        data_config = json.loads((shipped / "data_config.json").read_text())
     assert manifest["answer_tokens"] >= min_answer_tokens
-    assert json.loads((shipped / "data_config.json").read_text())["target"] == "builtin:smollm2-135m-instruct"
+    assert data_config["target"] == "builtin:smollm2-135m-instruct"
     path, _ = unpack_data(shipped, tmp_path, kind)
     assert file_sha256(path) == manifest["sha256"] == recipe["inputs"]["conversations_sha256"]
     rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -507,3 +512,92 @@ def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path)
     with pytest.raises(ValueError, match="has not finished"):
         ship_run(e3, "eagle3", root, overwrite=True)
 
+
+
+def test_an_archived_data_asset_ships_its_shards_and_unpacks_by_assembling_them(tmp_path, monkeypatch):
+    """The large chat data sets ship as their data directory's shards (``ship-data --kind data-large``): the
+    recipe lists every shard's sha256 and the conversations' sha256; unpacking restores the shards and assembles
+    the same conversations byte for byte without sampling; a damaged shard, another run's extra shard and a
+    second ship without --overwrite are refused by name."""
+    import yaml
+
+    from eaglehead.builtin.typed_config import dump_config
+    from eaglehead.datagen import chat_data as cd
+    from eaglehead.datagen import pipeline as datagen
+    from eaglehead.demos import smollm2_assets as sa
+    from tests.datagen.test_pipeline import _cfg
+
+    monkeypatch.setattr(cd, "clean_user_turn", lambda text, **kw: text.strip() or None)  # an untrained model's turns
+    target = tmp_path / "target"
+    save_tiny_target(target, seed=3, layers=2)
+    chat = tmp_path / "chat-large"
+    cfg = _cfg(str(target), chat)
+    manifest = datagen.run(cfg)
+    config = tmp_path / "data-large.yaml"
+    config.write_text(yaml.safe_dump(dump_config(cfg)))
+    monkeypatch.setitem(sa.DATA_CONFIGS, "data-large", config)
+    dest = tmp_path / "assets" / "smollm2_data_large"
+    assert sa.ship_data(chat, dest, kind="data-large") == dest
+    recipe = sa.verify_asset(dest)
+    shards = sorted(str(p.relative_to(chat)) + ".xz" for p in chat.rglob("*-0*.jsonl"))
+    assert sorted(recipe["files"]) == sorted(["config.json.xz", *shards])
+    assert recipe["inputs"]["conversations_sha256"] == manifest["sha256"]
+    assert recipe["commands"][1] == "eaglehead prepare --assemble-only --data-config configs/data-large.yaml"
+    calls = {"n": 0}
+    monkeypatch.setattr(datagen, "sample_stream", lambda *a, **k: calls.update(n=calls["n"] + 1))
+    path, digest = sa.unpack_data(dest, tmp_path / "out", "data-large")
+    assert path.read_bytes() == (chat / "conversations.jsonl").read_bytes() and digest == manifest["sha256"]
+    assert calls["n"] == 0
+    assert sa.unpack_data(dest, tmp_path / "out", "data-large") == (path, digest)  # stamped: not assembled again
+    with pytest.raises(ValueError, match="recipe.json.*--overwrite to replace the shipped data-large"):
+        sa.ship_data(chat, dest, kind="data-large")
+    assert sa.ship_data(chat, dest, kind="data-large", overwrite=True) == dest
+    extra = dest / "answer" / "answer-00099.jsonl.xz"
+    extra.write_bytes(lzma.compress(b"{}\n"))
+    with pytest.raises(ValueError, match=r"holds 1 archived file\(s\) that .* does not \(answer/answer-00099"):
+        sa.ship_data(chat, dest, kind="data-large", overwrite=True)
+    extra.unlink()
+    shard = dest / shards[0]
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\0")
+    with pytest.raises(ValueError, match=rf"{shard} does not match its sha256 .*ship-data --kind data-large"):
+        sa.unpack_data(dest, tmp_path / "out2", "data-large")
+
+
+def test_the_large_recipe_ships_with_the_commands_that_rebuild_it(stand_ins, tmp_path):
+    """A large-recipe run's recipe.json: the data commands (decompress the small sets, restore and assemble the
+    archived ones) and one training command from the last launch (processes, threads, the annealing max_steps);
+    the large recipe needs its archived data assets, and eagle3-plain refuses an EAGLE 3.1 run."""
+    import yaml
+
+    from eaglehead.builtin.typed_config import load_config
+    from eaglehead.demos.smollm2_assets import _run_commands, ship_run
+    from eaglehead.train.recipe import TrainConfig
+
+    cfg = load_config(TrainConfig, Path(__file__).resolve().parents[2] / "configs" / "smollm2-135m-instruct-large.yaml")
+    launch = {"argv": ["--config", "configs/smollm2-135m-instruct-large.yaml", "optim.micro_batch_size=4",
+                       "optim.max_steps=3600"], "processes": 2, "threads": 1}
+    commands = _run_commands("large", cfg, launch)
+    assert commands[0] == ("mkdir -p runs/smollm2-135m-instruct/chat && xz -dc builtin/assets/smollm2_data/"
+                           "conversations.jsonl.xz > runs/smollm2-135m-instruct/chat/conversations.jsonl")
+    assert commands[2] == ("python -m eaglehead.datagen.archive unpack builtin/assets/smollm2_data_large "
+                           "runs/smollm2-135m-instruct/chat-large && eaglehead prepare --assemble-only --data-config "
+                           "configs/smollm2-135m-instruct-data-large.yaml")
+    assert commands[4] == ("OMP_NUM_THREADS=1 accelerate launch --config_file configs/accelerate/cpu_ddp.yaml "
+                           "--num_processes 2 -m eaglehead.train --config configs/smollm2-135m-instruct-large.yaml "
+                           "optim.micro_batch_size=4 optim.max_steps=3600")
+    assert len(commands) == 5
+    root = tmp_path / "assets"  # the stand-ins' heads and their two small data sets, none of the large ones
+    shutil.copytree(stand_ins / "assets", root)
+    with pytest.raises(ValueError, match=r"smollm2_data_large is not shipped .*ship-data --kind data-large"):
+        ship_run(tmp_path / "no-run", "eagle3", root, recipe="large", overwrite=True)
+    with pytest.raises(ValueError, match="recipe 'large': the draft LM has one recipe, small"):
+        ship_run(tmp_path / "no-run", "draft-lm", root, recipe="large", overwrite=True)
+    run = tmp_path / "e31"
+    run.mkdir()
+    cfg31 = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "smollm2-135m-instruct.yaml").read_text())
+    cfg31["head"].update(fc_norm=True, norm_output=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg31))
+    (run / "summary.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"holds an EAGLE 3\.1 head \(head.fc_norm True, head.norm_output True\); "
+                                         "eagle3-plain is the head llama.cpp runs"):
+        ship_run(run, "eagle3-plain", root, overwrite=True)
