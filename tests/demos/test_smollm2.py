@@ -404,18 +404,23 @@ def test_the_shipped_smollm2_head_and_draft_lm_are_this_recipes_on_the_shipped_d
 
     from eaglehead.builtin.typed_config import dump_config, load_config
     from eaglehead.demos.smollm2 import ASSETS
-    from eaglehead.demos.smollm2_assets import CONFIG, DRAFT_LM_CONFIG, assets_root, verify_asset, verify_data
+    from eaglehead.demos.smollm2_assets import (DRAFT_LM_CONFIG, RECIPE_CONFIGS, RECIPE_DATA, assets_root,
+                                                verify_asset, verify_data)
     from eaglehead.draftheads.checkpoint import load_head
     from eaglehead.pretrain.draft_lm import DraftLMConfig
     from eaglehead.train.recipe import TrainConfig
 
     root = assets_root()
-    data_shas = [r["inputs"]["conversations_sha256"] for r in verify_data(root)]
     recipe = verify_asset(root / ASSETS["eagle3"])
+    name = recipe.get("recipe", "small")  # heads shipped before the large recipe existed are the small one's
+    data_shas = [r["inputs"]["conversations_sha256"] for r in verify_data(root, RECIPE_DATA[name])]
     assert recipe["inputs"]["data_sha256s"] == data_shas
     shipped = yaml.safe_load(recipe["config"])
     assert recipe["results"]["steps"] == shipped["optim"]["max_steps"]
-    current = dump_config(load_config(TrainConfig, CONFIG, [f"features.dir={shipped['features']['dir']}"]))
+    argv = recipe["launches"][-1]["argv"]  # the recipe's config with the overrides of the run's last launch
+    config = argv.index("--config")
+    assert Path(argv[config + 1]).name == RECIPE_CONFIGS[name].name
+    current = dump_config(load_config(TrainConfig, RECIPE_CONFIGS[name], argv[:config] + argv[config + 2:]))
     for section, values in shipped.items():
         if isinstance(values, dict):
             assert {k: current[section].get(k) for k in values} == values, section
@@ -427,7 +432,8 @@ def test_the_shipped_smollm2_head_and_draft_lm_are_this_recipes_on_the_shipped_d
     with safe_open(str(root / ASSETS["eagle3"] / "model.safetensors"), "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys() if k not in ("d2t", "t2d")} == {"F16"}
     lm = verify_asset(root / ASSETS["draft-lm"])
-    assert [f["sha256"] for f in lm["inputs"]["data"]["files"]] == data_shas
+    assert [f["sha256"] for f in lm["inputs"]["data"]["files"]] == \
+        [r["inputs"]["conversations_sha256"] for r in verify_data(root, RECIPE_DATA["small"])]
     want = load_config(DraftLMConfig, DRAFT_LM_CONFIG)
     assert {k: lm["inputs"]["model"]["config"][k] for k in ("num_hidden_layers", "hidden_size")} == \
         {"num_hidden_layers": want.layers, "hidden_size": want.hidden}
