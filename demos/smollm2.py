@@ -286,6 +286,27 @@ def subset_lines(sizes: dict, ran: dict) -> list[str]:
     return lines
 
 
+def artifact_lines(drafts: dict[str, Path], built: Path | None = None) -> list[str]:
+    """Which artifact each method read: its directory (under ``built``: made by ``--retrain``) and, for a head,
+    the recipe that trained it (small or large, EAGLE-3 or 3.1, steps), from its recipe.json."""
+    import yaml
+
+    lines = []
+    for kind, path in drafts.items():
+        recipe = json.loads((Path(path) / "recipe.json").read_text())
+        what = ""
+        if kind in ("eagle3", "eagle1") and isinstance(recipe.get("config"), str):
+            head = (yaml.safe_load(recipe["config"]) or {}).get("head", {})
+            variant = ("EAGLE 3.1" if head.get("fc_norm") and head.get("norm_output")
+                       else {"eagle3": "EAGLE-3", "eagle1": "EAGLE-1"}.get(head.get("type"), kind))
+            steps = (recipe.get("results") or {}).get("steps")
+            what = f": {variant}, {recipe.get('recipe', 'small')} recipe" + (f", {steps} steps" if steps else "")
+        if built is not None and Path(path).resolve().is_relative_to(built.resolve()):
+            what += " (built by --retrain)"
+        lines.append(f"- `{kind}` read {path}{what}")
+    return lines
+
+
 def goal_lines(report: dict, rows: list | None = None, table: dict | None = None) -> list[str]:
     """The goals table, the chain-ceiling formula and the tau table per category and turn (markdown lines)
     of one evaluation report: the demo's, or a full MT-bench run's (``goals --report``)."""
@@ -305,7 +326,8 @@ def goal_lines(report: dict, rows: list | None = None, table: dict | None = None
     return lines
 
 
-def write_summary(out: Path, reports: dict, ran: dict, sizes: dict, check: dict, timings: dict) -> str:
+def write_summary(out: Path, reports: dict, ran: dict, sizes: dict, check: dict, timings: dict,
+                  drafts: dict[str, Path] | None = None) -> str:
     head = reports[HEADLINE]
     rows, table = goals(head), category_turn_tau(head)
     budget = sum(v for k, v in timings.items() if k not in ("conversion", "retrain"))
@@ -313,7 +335,8 @@ def write_summary(out: Path, reports: dict, ran: dict, sizes: dict, check: dict,
              f"Stage times (s): {json.dumps({k: round(v, 1) for k, v in timings.items()})}; "
              f"{budget / 60:.1f} min without the GGUF conversion"
              f"{' and the retraining' if 'retrain' in timings else ''}.",
-             "", "## What was evaluated", "", *subset_lines(sizes, ran), "",
+             "", "## What was evaluated", "", *subset_lines(sizes, ran),
+             *artifact_lines(drafts or {}, out / "assets"), "",
              f"## Goals (greedy, batch 1, {HEADLINE} test split)", "",
              f"Full tables and plots: [eval_{HEADLINE}/report.md](eval_{HEADLINE}/report.md).", "",
              *goal_lines(head, rows, table), "## Exactness", ""]
@@ -396,7 +419,7 @@ def run_smollm2_demo(args, *, draft_lm_trainer: DraftLMTrainer | None = None, ru
     check = first_token_check(target_dir, drafts["eagle3"], ftc["prompt"], ftc["rows"], ftc["temperature"],
                               chat=True, chunk=ftc["chunk"])
     lap("first_token_check")
-    write_summary(out, reports, ran, sizes, check, timings)
+    write_summary(out, reports, ran, sizes, check, timings, drafts)
     _print_end(out, reports, check, timings, compact_table)
     return 0
 

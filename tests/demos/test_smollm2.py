@@ -111,7 +111,8 @@ def test_report_goals_and_category_turn_table(demo_run):
     assert list(table) == [*CATEGORIES, "all"]
     assert all(set(row) == {"1", "2", "all"} and all(v >= 1.0 for v in row.values()) for row in table.values())
     text = (demo_run / "report.md").read_text()
-    for line in ("| goal | met | measured |", "| category | turn 1 | turn 2 | all |", "| writing |"):
+    for line in ("| goal | met | measured |", "| category | turn 1 | turn 2 | all |", "| writing |",
+                 "- `eagle3` read ", "- `draft-lm` read "):
         assert line in text
     # Every MT-bench category once in the test split, both turns; the tune question is the stem one.
     assert len(summary["evaluated"]["mt-bench"]["test"]) == 8 and summary["evaluated"]["mt-bench"]["turns"] == 2
