@@ -501,6 +501,11 @@ def ship_run(run: Path, kind: str, root: Path, *, recipe: str = "small", overwri
         if not summary_file.is_file():
             raise ValueError(f"{summary_file}: no such file; the training in {run} has not finished")
         cfg = load_config(TrainConfig, run / "config.yaml")
+        summary = json.loads(summary_file.read_text())
+        if summary.get("step") != cfg.optim.max_steps:
+            raise ValueError(f"{summary_file}: the run finished at step {summary.get('step')}, but its config.yaml (its "
+                             f"last launch) runs to optim.max_steps {cfg.optim.max_steps}: it was relaunched and has "
+                             "not finished that launch; let it finish (or rerun with optim.max_steps=<step> to anneal)")
         head_type = "eagle1" if kind == "eagle1" else "eagle3"
         if cfg.head.type != head_type:
             raise ValueError(f"{run}: holds an {cfg.head.type} head, not {kind}")
@@ -515,7 +520,6 @@ def ship_run(run: Path, kind: str, root: Path, *, recipe: str = "small", overwri
             export_eagle3(head, staging, dtype=torch.float16)
         else:
             save_pretrained(head.to(torch.float16), staging)
-        summary = json.loads(summary_file.read_text())
         record = {"recipe": recipe, "commands": _run_commands(recipe, cfg, launches[-1]),
                   "config": (run / "config.yaml").read_text(), "launches": launches,
                   "inputs": {"data_sha256s": want, "target": cfg.model.target},

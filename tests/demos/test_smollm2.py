@@ -515,6 +515,13 @@ def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path)
                                          r"smollm2_data_tasks, in the wrong order \(position 0 must be smollm2_data,"):
         ship_run(sources_changed("swapped", [tasks, chat]), "eagle3", root, overwrite=True)
     assert verify_asset(dest)["inputs"]["data_sha256s"] == got["inputs"]["data_sha256s"]  # the refusals left it
+    relaunched = tmp_path / "relaunched"  # finished, then launched again with a longer horizon: not done
+    shutil.copytree(e3, relaunched)
+    cfg = yaml.safe_load((relaunched / "config.yaml").read_text())
+    cfg["optim"]["max_steps"] = 4
+    (relaunched / "config.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ValueError, match="finished at step 2, but its config.yaml .* optim.max_steps 4"):
+        ship_run(relaunched, "eagle3", root, overwrite=True)
     (e3 / "summary.json").unlink()
     with pytest.raises(ValueError, match="has not finished"):
         ship_run(e3, "eagle3", root, overwrite=True)
@@ -604,7 +611,7 @@ def test_the_large_recipe_ships_with_the_commands_that_rebuild_it(stand_ins, tmp
     cfg31 = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "smollm2-135m-instruct.yaml").read_text())
     cfg31["head"].update(fc_norm=True, norm_output=True)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg31))
-    (run / "summary.json").write_text("{}")
+    (run / "summary.json").write_text(json.dumps({"step": cfg31["optim"]["max_steps"]}))
     with pytest.raises(ValueError, match=r"holds an EAGLE 3\.1 head \(head.fc_norm True, head.norm_output True\); "
                                          "eagle3-plain is the head llama.cpp runs"):
         ship_run(run, "eagle3-plain", root, overwrite=True)
