@@ -24,7 +24,7 @@ from .cache import RaggedCacheLM
 from .drafters import Drafter, output_vocab_size
 from .loop import OnToken, Rows, bad_logits, check_inputs, next_token, now, prefill_pending, raise_if_bad
 from .sampling import SamplingConfig, probs
-from .verify import verify_chain
+from .verify import verify_chain, verify_chain_greedy
 
 DEFAULT_GAMMA = 4  # draft tokens per round when a command line is not told otherwise (generate, eval)
 
@@ -177,6 +177,9 @@ def _round(runner, drafter, last, g: int | None, sampling, generator, rows: Rows
         y = next_token(out.logits, sampling, generator)
         t2 = now(device)
         n_acc = torch.zeros_like(y)
+    elif sampling.greedy:  # the same verdict as verify_chain on the one-hot p, without building it
+        t2 = now(device)
+        n_acc, y = verify_chain_greedy(out.logits, draft)
     else:
         p = probs(out.logits, sampling)  # [B, n+1, V]
         t2 = now(device)

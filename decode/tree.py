@@ -148,21 +148,10 @@ def verify_tree(p: torch.Tensor, tree: DraftTree, generator: torch.Generator | N
         raise ValueError(f"p must be [B, N+1, V] = [{bsz}, {n + 1}, V] for a tree of {n} nodes, "
                          f"got {tuple(p.shape)}")
     p = p.float()
-    dev = p.device
-    rows = torch.arange(bsz, device=dev)
+    rows = torch.arange(bsz, device=p.device)
     par = tree.parents + 1  # [B, N] p-row of each node's parent
     tok = tree.tokens
-    chosen, path = _first_accepted_children(p, par, tok, generator), []
-    cur = torch.zeros(bsz, dtype=torch.long, device=dev)  # p-row of the node reached so far
-    accepted = torch.zeros(bsz, dtype=torch.long, device=dev)
-    for _ in range(tree.depth):
-        nxt = chosen.gather(1, cur[:, None]).squeeze(1)  # [B] node index, n = no child accepted
-        ok = nxt < n
-        path.append(torch.where(ok, nxt, -1))
-        cur = torch.where(ok, nxt + 1, cur)  # a stopped row stays put: its chosen child stays "none"
-        accepted = accepted + ok.long()
-    path_t = torch.stack(path, 1) if path else tok.new_zeros(bsz, 0)
-    path_tokens = torch.where(path_t >= 0, tok.gather(1, path_t.clamp_min(0)), -1)
+    accepted, cur, path_t, path_tokens = _walk(_first_accepted_children(p, par, tok, generator), tree)
 
     # Emit from p at the last reached node with its children's tokens zeroed ([B, V]).
     p_row = p[rows, cur]
@@ -174,6 +163,45 @@ def verify_tree(p: torch.Tensor, tree: DraftTree, generator: torch.Generator | N
     empty = residual.sum(-1, keepdim=True) <= 0
     residual = torch.where(empty, p_row, residual)
     return TreeVerdict(accepted, path_t, sample_from(residual, generator), path_tokens)
+
+
+def verify_tree_greedy(logits: torch.Tensor, tree: DraftTree) -> TreeVerdict:
+    """:func:`verify_tree` for a greedy target, from its ``logits [B, N+1, V]``: the same verdict without
+    building ``p`` or drawing. With ``p`` the point mass at the argmax ``t`` of each row (the first maximum,
+    as ``probs`` breaks ties), a child is accepted exactly when its token is its parent row's ``t`` and no
+    earlier sibling carries it (``r_j(c) = 1``; every other child has ``p(c) = 0``), and the token emitted
+    where the walk stops is that row's ``t`` (no child holds it, so zeroing the children leaves ``p``)."""
+    bsz, n = tree.tokens.shape
+    if logits.dim() != 3 or logits.shape[:2] != (bsz, n + 1):
+        raise ValueError(f"logits must be [B, N+1, V] = [{bsz}, {n + 1}, V] for a tree of {n} nodes, "
+                         f"got {tuple(logits.shape)}")
+    t = logits.float().argmax(-1)  # [B, N+1]
+    par = tree.parents + 1
+    hit = tree.tokens == t.gather(1, par)  # [B, N] the node is its parent's argmax
+    first = torch.where(hit, torch.arange(n, device=t.device).expand(bsz, n), n)
+    chosen = torch.full((bsz, n + 1), n, dtype=torch.long, device=t.device).scatter_reduce(1, par, first, "amin")
+    accepted, cur, path_t, path_tokens = _walk(chosen, tree)
+    return TreeVerdict(accepted, path_t, t.gather(1, cur[:, None]).squeeze(1), path_tokens)
+
+
+def _walk(chosen: torch.Tensor, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Descend from the root through each row's first accepted child (``chosen [B, N+1]``: per p-row, a node
+    index or ``N`` for none): ``(accepted depth [B], p-row reached [B], path [B, depth] with -1 after a stop,
+    path tokens [B, depth] with -1 after a stop)``."""
+    bsz, n = tree.tokens.shape
+    dev = chosen.device
+    path = []
+    cur = torch.zeros(bsz, dtype=torch.long, device=dev)  # p-row of the node reached so far
+    accepted = torch.zeros(bsz, dtype=torch.long, device=dev)
+    for _ in range(tree.depth):
+        nxt = chosen.gather(1, cur[:, None]).squeeze(1)  # [B] node index, n = no child accepted
+        ok = nxt < n
+        path.append(torch.where(ok, nxt, -1))
+        cur = torch.where(ok, nxt + 1, cur)  # a stopped row stays put: its chosen child stays "none"
+        accepted = accepted + ok.long()
+    path_t = torch.stack(path, 1) if path else tree.tokens.new_zeros(bsz, 0)
+    path_tokens = torch.where(path_t >= 0, tree.tokens.gather(1, path_t.clamp_min(0)), -1)
+    return accepted, cur, path_t, path_tokens
 
 
 def _first_accepted_children(p: torch.Tensor, par: torch.Tensor, tok: torch.Tensor,

@@ -28,7 +28,7 @@ from eaglehead.builtin.models import output_vocab_size
 from .generate import GenerationResult, RoundRecord
 from .loop import OnToken, Rows, bad_logits, check_inputs, now, prefill_pending, raise_if_bad
 from .sampling import SamplingConfig, probs
-from .tree import DraftTree, TreeVerdict, verify_tree
+from .tree import DraftTree, TreeVerdict, verify_tree, verify_tree_greedy
 from .tree_draft import check_tree_shape
 from .tree_target import TreeCacheLM
 
@@ -96,9 +96,13 @@ def _tree_round(runner: TreeCacheLM, drafter, last: torch.Tensor, shape: tuple[i
     tree = drafter.propose_tree(d, topk, tokens, sampling, generator) if d > 0 else DraftTree.empty(bsz, device)
     t1 = now(device)
     out = runner.forward_tree(last, tree, want_features=want)
-    p = probs(out.logits, sampling)  # [B, N+1, V]
-    t2 = now(device)
-    verdict = verify_tree(p, tree, generator)
+    if sampling.greedy:  # the same verdict as verify_tree on the one-hot p, without building it
+        t2 = now(device)
+        verdict = verify_tree_greedy(out.logits, tree)
+    else:
+        p = probs(out.logits, sampling)  # [B, N+1, V]
+        t2 = now(device)
+        verdict = verify_tree(p, tree, generator)
     acc_list, y_list, path_rows = _to_host(verdict, out.logits)  # the one host sync
     active = [not x for x in rows.done]
     committed = rows.commit(path_rows, acc_list, y_list, time.perf_counter())

@@ -66,3 +66,20 @@ def verify_chain(
     residual = torch.where(empty, p_row, residual)
     next_token = sample_from(residual, generator)
     return n_accepted, next_token
+
+
+def verify_chain_greedy(logits: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`verify_chain` for a greedy target, from its ``logits [B, gamma+1, V]``: the same
+    ``(n_accepted, next_token)`` for any draft distribution ``q``, without building ``p`` or drawing.
+
+    With ``p`` the point mass at the argmax ``t`` (the first maximum, as ``probs`` breaks ties), draft
+    ``d_i`` passes ``u * q(d_i) < p(d_i)`` exactly when ``d_i = t_i`` (``p(d_i)`` is 1 or 0, ``u < 1``); at
+    the first rejection ``max(p - q, 0)`` is positive at ``t_i`` alone (``q(t_i) < 1`` because ``q`` drew
+    another token), and the bonus row is ``p_gamma``: the next token is ``t`` at the accepted count.
+    """
+    if logits.dim() != 3 or draft.dim() != 2 or logits.shape[:2] != (draft.shape[0], draft.shape[1] + 1):
+        raise ValueError(f"verify_chain_greedy expects logits [B, gamma+1, V] for draft [B, gamma]; got logits "
+                         f"{tuple(logits.shape)}, draft {tuple(draft.shape)}")
+    t = logits.float().argmax(-1)  # [B, gamma+1]
+    n_accepted = (draft == t[:, :-1]).long().cumprod(dim=-1).sum(dim=-1)
+    return n_accepted, t.gather(1, n_accepted[:, None]).squeeze(1)

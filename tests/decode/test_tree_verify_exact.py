@@ -265,3 +265,30 @@ def test_bad_shapes_raise_with_parameter_names() -> None:
         DraftTree(z, z, z, -1)
     with pytest.raises(ValueError, match=r"p must be \[B, N\+1, V\] = \[2, 4, V\]"):
         verify_tree(torch.rand(2, 3, 5), DraftTree(z, z - 1, z + 1, 1))
+
+
+@pytest.mark.parametrize("widths", [(1,), (3,), (2, 2), (3, 2, 2), (2, 3, 1, 2)])
+def test_greedy_fast_path_gives_verify_trees_verdict(widths) -> None:
+    """``verify_tree_greedy`` on the target's logits = ``verify_tree`` on the greedy one-hot ``p``: the same
+    accepted depth, path (node indices), path tokens and next token, on trees with repeated sibling tokens
+    and tied logits (the first matching child in node order, the lowest-id argmax); the empty tree too."""
+    from eaglehead.decode.tree import verify_tree_greedy
+
+    gen = torch.Generator().manual_seed(5)
+    vocab, bsz = 3, 48  # a small vocabulary: children match the argmax often, so paths go deep
+    seen = set()
+    for trial in range(4):
+        rows = [random_tree_of(vocab, level_shape(widths), seed=1000 * trial + b, repeats=True)(())
+                for b in range(bsz)]
+        tree = _tensor_tree(rows, len(widths))
+        logits = torch.randint(0, 2, (bsz, tree.n_nodes + 1, vocab), generator=gen).float()
+        want = verify_tree(probs(logits, SamplingConfig(temperature=0)), tree, torch.Generator().manual_seed(trial))
+        got = verify_tree_greedy(logits, tree)
+        for name in ("accepted", "path", "next_token", "path_tokens"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+        seen.update(got.accepted.tolist())
+    assert seen == set(range(len(widths) + 1))
+    logits = torch.randn(3, 1, 7, generator=gen)
+    assert torch.equal(verify_tree_greedy(logits, DraftTree.empty(3)).next_token, logits[:, 0].argmax(-1))
+    with pytest.raises(ValueError, match=r"logits must be \[B, N\+1, V\]"):
+        verify_tree_greedy(torch.zeros(3, 2, 7), DraftTree.empty(3))

@@ -208,3 +208,35 @@ def test_bad_shapes_raise_with_shapes_in_message(name: str) -> None:
         verify_chain(p, q, d)
     for shape in (p_shape, q_shape, d_shape):
         assert str(tuple(shape)) in str(err.value), (name, str(err.value))
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_greedy_fast_path_gives_verify_chains_verdict_for_any_q(gamma: int) -> None:
+    """``verify_chain_greedy`` on the target's logits = ``verify_chain`` on the greedy one-hot ``p``, with
+    tied logits (lowest id wins), for a point-mass ``q`` and for a drafter that samples from a spread ``q``
+    (its own temperature) while the target is greedy; the decode loops use it whenever the target is."""
+    from eaglehead.decode.sampling import sample_from
+    from eaglehead.decode.verify import verify_chain_greedy
+
+    gen = torch.Generator().manual_seed(11 + gamma)
+    greedy = SamplingConfig(temperature=0)
+    seen = set()
+    for trial in range(20):
+        bsz, vocab = 32, 5
+        logits = torch.randint(0, 3, (bsz, gamma + 1, vocab), generator=gen).float()  # many ties
+        t = probs(logits, greedy).argmax(-1)
+        if trial % 2:  # a sampling drafter: spread q, draws that often hit the target's argmax
+            q = torch.softmax(torch.randn(bsz, gamma, vocab, generator=gen) + 3 * torch.nn.functional.one_hot(
+                t[:, :gamma], vocab), -1)
+            d = sample_from(q, gen)
+        else:
+            d = torch.where(torch.rand(bsz, gamma, generator=gen) < 0.7, t[:, :gamma],
+                            torch.randint(vocab, (bsz, gamma), generator=gen))
+            q = torch.nn.functional.one_hot(d, vocab).float()
+        want = verify_chain(probs(logits, greedy), q, d, generator=torch.Generator().manual_seed(trial))
+        got = verify_chain_greedy(logits.to(torch.bfloat16) if trial % 3 == 0 else logits, d)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        seen.update(got[0].tolist())
+    assert seen == set(range(gamma + 1))
+    with pytest.raises(ValueError, match=r"logits \[B, gamma\+1, V\] for draft \[B, gamma\]"):
+        verify_chain_greedy(torch.zeros(2, gamma, 5), torch.zeros(2, gamma, dtype=torch.long))

@@ -1,5 +1,6 @@
-"""The decode benchmark at a tiny size (seconds), and gpu_check's refusal without CUDA."""
+"""The decode and verify benchmarks at a tiny size (seconds), and gpu_check's refusal without CUDA."""
 
+import pytest
 import torch
 
 from eaglehead.eval import bench_decode, gpu_check
@@ -69,3 +70,13 @@ def test_gpu_check_identity_helpers_on_cpu():
         same, ties, bad = gpu_check.identity_rows(target, [prompt, prompt], [ref, ref], [ref, got])
         assert (same, ties + bad) == (1, 1) and bad == (gap > tol)
     assert bad == 1  # the least likely token is never a near-tie
+
+
+def test_bench_verify_times_both_verifiers_in_both_dtypes(capsys):
+    from eaglehead.eval.bench_verify import main
+
+    assert main(["--vocab", "64", "--gamma", "3", "--tree", "9", "--repeats", "3", "--threads", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "greedy fast path" in line]
+    assert len(lines) == 4 and sum("bfloat16" in line for line in lines) == 2
+    with pytest.raises(SystemExit, match="--tree must be >= 1"):
+        main(["--tree", "0"])
