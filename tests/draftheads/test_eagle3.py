@@ -195,6 +195,32 @@ def test_attend_with_diagonal_equals_dense_mask():
                                atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_one_query_half_precision_attention_equals_float32_sdpa(dtype):
+    """A draft step's single query in half precision takes the grouped-matmul path (no SDPA, no kv copy): it
+    equals float32 SDPA over the expanded kv heads to half-precision rounding, with masked keys (padding, the
+    cache's dense [1, 1, 1, T] mask and none at all)."""
+    gen = torch.Generator().manual_seed(3)
+    b, heads, kv_heads, tk, d = 2, 9, 3, 37, 64
+    q = torch.randn(b, heads, 1, d, generator=gen)
+    k, v = torch.randn(2, b, kv_heads, tk, d, generator=gen)
+    keep = torch.rand(b, 1, 1, tk, generator=gen) < 0.8
+    keep[..., -1] = True  # a query always sees its own key
+    expand = lambda x: x[:, :, None].expand(b, kv_heads, heads // kv_heads, tk, d).reshape(b, heads, tk, d)
+    for mask in (keep, keep[:1], None):
+        ref = torch.nn.functional.scaled_dot_product_attention(q, expand(k), expand(v), attn_mask=mask)
+        ref = ref.transpose(1, 2).reshape(b, 1, heads * d)
+        got = attend(q.to(dtype), k.to(dtype), v.to(dtype), mask)
+        assert got.dtype == dtype and got.shape == ref.shape
+        torch.testing.assert_close(got.float(), ref, atol=2e-2, rtol=2e-2)
+    # a masked key with a huge value must not leak into the output
+    v_big = v.clone()
+    v_big[0, :, 0] = 1e4
+    mask = torch.ones(b, 1, 1, tk, dtype=torch.bool)
+    mask[0, ..., 0] = False
+    assert attend(q.to(dtype), k.to(dtype), v_big.to(dtype), mask)[0].abs().max() < 10
+
+
 def test_vocab_maps():
     head = tiny_head()
     counts = torch.arange(VOCAB) % 7
