@@ -242,10 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="training config (tokenise, draft vocabulary, features)")
     p.add_argument("--data-config", default=None,
                    help="chat data config: synthesise prompts and regenerate answers with the target first")
-    p.add_argument("--assemble-only", action="store_true",
-                   help="with --data-config: build the conversations from the shards already in its out_dir "
-                        "(restored by python -m eaglehead.datagen.archive unpack); generate nothing, and stop "
-                        "naming a missing shard")
+    p.add_argument("--assemble-only", action="store_true", help="with --data-config: build the conversations from "
+                   "the shards in its out_dir (datagen.archive unpack); generate nothing, name a missing shard")
     p.add_argument("--cache-features", default=None, help="directory for offline target features")
     p.add_argument("--device", default=None)
     p.add_argument("overrides", nargs="*", help="key=value overrides")

@@ -48,11 +48,9 @@ from .smollm2_assets import (
     locate_assets,
     retrain,
     run_command,
-    ship_built,
-    ship_data,
-    ship_run,
     verify_data,
 )
+from .smollm2_ship import ship_built, ship_data, ship_run
 
 HEADLINE = "mt-bench"  # the evaluation the goals are measured on
 PEERS = ("draft-lm", "prompt-lookup", "hf-assisted")

@@ -199,9 +199,15 @@ def test_a_server_killed_mid_shard_fails_naming_the_prompt_and_a_rerun_resumes(r
 
 
 def test_ctrl_c_mid_shard_stops_the_server_and_leaves_only_whole_shards(tmp_path, monkeypatch, started):
-    _Posts(monkeypatch, at=2, then=lambda: os.kill(os.getpid(), signal.SIGINT))  # a real Ctrl-C, mid Magpie shard
-    with pytest.raises(KeyboardInterrupt):
-        datagen.run(_cfg(tmp_path))
+    # Python raises KeyboardInterrupt on SIGINT only if the process did not inherit SIGINT ignored, as a command
+    # started in the background by a non-interactive shell (`pytest ... &`) does: install the handler for the test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _Posts(monkeypatch, at=2, then=lambda: os.kill(os.getpid(), signal.SIGINT))  # a real Ctrl-C, mid Magpie shard
+        with pytest.raises(KeyboardInterrupt):
+            datagen.run(_cfg(tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert _gone(started[0])
     assert not list(tmp_path.glob("*/*.jsonl")) and not list(tmp_path.glob("*/.*tmp*"))
 

@@ -260,7 +260,8 @@ def test_a_missing_data_asset_is_named_with_the_commands_that_build_it(stand_ins
     named MissingArtifactError and the commands that build it, before any work."""
     from eaglehead.builtin.shipped import MissingArtifactError
     from eaglehead.demos.smollm2 import _base_sizes
-    from eaglehead.demos.smollm2_assets import retrain, ship_run
+    from eaglehead.demos.smollm2_assets import retrain
+    from eaglehead.demos.smollm2_ship import ship_run
 
     assets = tmp_path / "assets"
     shutil.copytree(stand_ins / "assets", assets)
@@ -353,7 +354,7 @@ def test_ship_data_of_the_task_chat_is_the_second_data_asset(tmp_path):
 
 
 def test_ship_built_copies_verified_artifacts(stand_ins, tmp_path):
-    from eaglehead.demos.smollm2_assets import ship_built
+    from eaglehead.demos.smollm2_ship import ship_built
 
     out = tmp_path / "out"
     shutil.copytree(stand_ins / "assets", out / "assets")
@@ -450,7 +451,8 @@ def test_ship_run_packages_a_finished_recipe_run_in_float16(stand_ins, tmp_path)
     from safetensors import safe_open
 
     from eaglehead.builtin.typed_config import load_config
-    from eaglehead.demos.smollm2_assets import ship_run, verify_asset
+    from eaglehead.demos.smollm2_assets import verify_asset
+    from eaglehead.demos.smollm2_ship import ship_run
     from eaglehead.draftheads.checkpoint import head_layout, load_head
     from eaglehead.train.recipe import TrainConfig
     from eaglehead.train.trainer import train
@@ -539,6 +541,7 @@ def test_an_archived_data_asset_ships_its_shards_and_unpacks_by_assembling_them(
     from eaglehead.datagen import chat_data as cd
     from eaglehead.datagen import pipeline as datagen
     from eaglehead.demos import smollm2_assets as sa
+    from eaglehead.demos.smollm2_ship import ship_data
     from tests.datagen.test_pipeline import _cfg
 
     monkeypatch.setattr(cd, "clean_user_turn", lambda text, **kw: text.strip() or None)  # an untrained model's turns
@@ -551,7 +554,7 @@ def test_an_archived_data_asset_ships_its_shards_and_unpacks_by_assembling_them(
     config.write_text(yaml.safe_dump(dump_config(cfg)))
     monkeypatch.setitem(sa.DATA_CONFIGS, "data-large", config)
     dest = tmp_path / "assets" / "smollm2_data_large"
-    assert sa.ship_data(chat, dest, kind="data-large") == dest
+    assert ship_data(chat, dest, kind="data-large") == dest
     recipe = sa.verify_asset(dest)
     shards = sorted(str(p.relative_to(chat)) + ".xz" for p in chat.rglob("*-0*.jsonl"))
     assert sorted(recipe["files"]) == sorted(["config.json.xz", *shards])
@@ -564,12 +567,12 @@ def test_an_archived_data_asset_ships_its_shards_and_unpacks_by_assembling_them(
     assert calls["n"] == 0
     assert sa.unpack_data(dest, tmp_path / "out", "data-large") == (path, digest)  # stamped: not assembled again
     with pytest.raises(ValueError, match="recipe.json.*--overwrite to replace the shipped data-large"):
-        sa.ship_data(chat, dest, kind="data-large")
-    assert sa.ship_data(chat, dest, kind="data-large", overwrite=True) == dest
+        ship_data(chat, dest, kind="data-large")
+    assert ship_data(chat, dest, kind="data-large", overwrite=True) == dest
     extra = dest / "answer" / "answer-00099.jsonl.xz"
     extra.write_bytes(lzma.compress(b"{}\n"))
     with pytest.raises(ValueError, match=r"holds 1 archived file\(s\) that .* does not \(answer/answer-00099"):
-        sa.ship_data(chat, dest, kind="data-large", overwrite=True)
+        ship_data(chat, dest, kind="data-large", overwrite=True)
     extra.unlink()
     shard = dest / shards[0]
     shard.write_bytes(shard.read_bytes()[:-1] + b"\0")
@@ -584,7 +587,7 @@ def test_the_large_recipe_ships_with_the_commands_that_rebuild_it(stand_ins, tmp
     import yaml
 
     from eaglehead.builtin.typed_config import load_config
-    from eaglehead.demos.smollm2_assets import _run_commands, ship_run
+    from eaglehead.demos.smollm2_ship import _run_commands, ship_run
     from eaglehead.train.recipe import TrainConfig
 
     cfg = load_config(TrainConfig, Path(__file__).resolve().parents[2] / "configs" / "smollm2-135m-instruct-large.yaml")

@@ -348,7 +348,8 @@ def test_ship_run_ships_the_finished_draft_lm_with_the_shipped_data_only(workspa
                                                                           tmp_path):
     """The draft LM ships only when its recipe's data record lists the shipped chat data files' sha256s, in
     the shipped order (smollm2_data, then smollm2_data_tasks)."""
-    from eaglehead.demos.smollm2_assets import ship_run, verify_asset
+    from eaglehead.demos.smollm2_assets import verify_asset
+    from eaglehead.demos.smollm2_ship import ship_run
 
     root_dir, _ = workspace
     out, recipe = finished_two
