@@ -75,6 +75,14 @@ def verify_asset(path: Path, rebuild: str = RETRAIN) -> dict:
     return verify_artifact(path, rebuild)
 
 
+def llamacpp_head(root: Path | None = None) -> Path:
+    """The shipped head llama.cpp can run: ``smollm2_eagle3_plain`` when shipped (beside an EAGLE 3.1
+    ``smollm2_eagle3``, which llama.cpp's EAGLE-3 graph cannot run), else ``smollm2_eagle3``."""
+    root = assets_root() if root is None else root
+    plain = root / ASSETS["eagle3-plain"]
+    return plain if (plain / "recipe.json").is_file() else root / ASSETS["eagle3"]
+
+
 def locate_assets(root: Path, out: Path, prefer_built: bool = False) -> dict[str, Path]:
     """{method: verified directory} for the heads and the draft LM: shipped under ``root`` or built by
     ``--retrain`` into ``out/assets`` (the shipped one first unless ``prefer_built``). ``eagle1`` is

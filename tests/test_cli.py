@@ -88,9 +88,9 @@ def test_export_gguf_writes_the_head_llama_cpp_loads_and_it_loads_back(tmp_path,
     """``export --format gguf`` on the shipped SmolLM2 head: a file that loads back (``load_head`` takes a .gguf)
     with the same weights as float16 rounding of the source; without --target, or with an --out that is not a
     .gguf name, a named error and nothing written."""
-    from eaglehead.builtin.shipped import ASSETS_DIR
+    from eaglehead.demos.smollm2_assets import llamacpp_head
 
-    src = ASSETS_DIR.parent / "smollm2_eagle3"
+    src = llamacpp_head()
     out = tmp_path / "head.gguf"
     assert main(["export", str(src), "--format", "gguf", "--out", str(out)]) == 2
     assert "--format gguf needs --target" in capsys.readouterr().err and not out.exists()

@@ -22,13 +22,14 @@ import torch
 from eaglehead.builtin.gguf_target import float_gguf_path, write_llama_gguf
 from eaglehead.builtin.llamacpp import Completion, Eagle3Draft, LlamaCppServer
 from eaglehead.builtin.packages import smollm2_gguf_path
+from eaglehead.demos.smollm2_assets import llamacpp_head
 from eaglehead.draftheads import Eagle3Config, Eagle3Head, build_draft_vocab
 from eaglehead.draftheads.checkpoint import load_head
 from eaglehead.draftheads.gguf_head import export_gguf
 from tests.tiny_models import tiny_tokenizer
 
 ASSETS = Path(__file__).resolve().parents[2] / "builtin" / "assets"
-SMOLLM2_HEAD = ASSETS / "smollm2_eagle3"
+SMOLLM2_HEAD = llamacpp_head(ASSETS)  # the shipped EAGLE-3 head llama.cpp can run (not an EAGLE 3.1 one)
 # One llama.cpp thread: these tests check results, not speed, and on a shared 2-core machine two threads
 # spin at every barrier while the other core is busy (measured under load ~4.7: 48 float32 tokens took
 # 8-24 s with 2 threads, 1.4 s with 1).

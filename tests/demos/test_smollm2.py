@@ -618,3 +618,13 @@ def test_the_large_recipe_ships_with_the_commands_that_rebuild_it(stand_ins, tmp
     with pytest.raises(ValueError, match=r"holds an EAGLE 3\.1 head \(head.fc_norm True, head.norm_output True\); "
                                          "eagle3-plain is the head llama.cpp runs"):
         ship_run(run, "eagle3-plain", root, overwrite=True)
+
+
+def test_llamacpp_reads_the_plain_head_when_one_is_shipped_beside_a_31_head(tmp_path):
+    from eaglehead.demos.smollm2_assets import llamacpp_head
+
+    for name in ("smollm2_eagle3", "smollm2_eagle3_plain"):
+        (tmp_path / name).mkdir()
+    assert llamacpp_head(tmp_path) == tmp_path / "smollm2_eagle3"  # no plain head shipped (no recipe.json)
+    (tmp_path / "smollm2_eagle3_plain" / "recipe.json").write_text("{}")
+    assert llamacpp_head(tmp_path) == tmp_path / "smollm2_eagle3_plain"

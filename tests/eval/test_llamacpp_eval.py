@@ -5,11 +5,13 @@ with torch on the float32 GGUF, journal replay, and the plan-time errors."""
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from eaglehead.builtin.llamacpp import INSTALL_HINT
 from eaglehead.builtin.packages import SMOLLM2, smollm2_gguf_path
+from eaglehead.demos.smollm2_assets import llamacpp_head
 from eaglehead.eval.engine_result import EngineResult
 from eaglehead.eval.journal import result_from_dict, result_to_dict
 from eaglehead.eval.metrics import compute_metrics
@@ -19,7 +21,7 @@ from eaglehead.eval.runner import run_eval
 
 from tests.eval.test_runner import _args, workspace  # noqa: F401  (the tiny HF target for the error paths)
 
-HEAD = "builtin/assets/smollm2_eagle3"
+HEAD = str(llamacpp_head(Path("builtin/assets")))  # the shipped EAGLE-3 head llama.cpp can run
 # MT-bench first turns (writing-free: roleplay, math, coding) on which the float32 GGUF's EAGLE-3 outputs
 # equal plain llama.cpp's (measured): a near-tie that flips a greedy token changes the rest of the text and
 # so the acceptance, which is not what the tau comparison below is about.
