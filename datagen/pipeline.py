@@ -222,9 +222,12 @@ def _read_shard(target: _Target, path: Path) -> list[dict] | None:
     if shard is not None:
         have = cd.read_record(path) or {"engine": "torch"}
         want = target.engine.record() if target.engine is not None else {"engine": target.cfg.regenerate.engine}
-        keys = _WRITER_KEYS if not (have.get("model_sha256") and want.get("model_sha256")) else _WRITER_KEYS[:2]
         if target.assemble_only:  # no server started: the engine named in the config is what can be checked
             keys = _WRITER_KEYS[:1]
+        elif have.get("model_sha256") and want.get("model_sha256"):
+            keys = _WRITER_KEYS[:2]
+        else:
+            keys = _WRITER_KEYS
         diff = [f"{key}: the shard has {have.get(key)!r}, this run {want.get(key)!r}"
                 for key in keys if have.get(key) != want.get(key)]
         if diff:
@@ -370,7 +373,8 @@ def run(cfg: ChatDataConfig, assemble_only: bool = False) -> dict:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     target = _Target(cfg, assemble_only)
-    with (contextlib.nullcontext() if assemble_only else open_engine(cfg, target)) as engine:  # a server it started is stopped on leaving, error or Ctrl-C included
+    # A server it started is stopped on leaving, error or Ctrl-C included; assembling starts none.
+    with (contextlib.nullcontext() if assemble_only else open_engine(cfg, target)) as engine:
         target.engine = engine
         prompts, convs, stats = _conversations(target, cfg, out)
         if engine is not None:

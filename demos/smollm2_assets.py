@@ -115,12 +115,14 @@ def data_kind(kind: str) -> str:
 def data_rebuild_hint(data_dir: Path, kind: str = "data") -> str:
     """The commands that build the ``kind`` chat data asset into ``data_dir``."""
     if kind in ARCHIVED_DATA:
-        return (f"eaglehead prepare --data-config {DATA_CONFIGS[kind]} (hours), then python -m eaglehead.demos.smollm2 "
-                f"ship-data --kind {kind} --chat-dir {CHAT_DIRS[kind]} --assets {data_dir.parent} (it archives the "
-                f"directory's shards into {data_dir} and lists them and the conversations' sha256 in recipe.json)")
-    return (f"eaglehead prepare --data-config {DATA_CONFIGS[data_kind(kind)]}, then python -m eaglehead.demos.smollm2 "
-            f"ship-data --kind {kind} --chat-dir {CHAT_DIRS[kind]} --assets {data_dir.parent} (it compresses the "
-            f"conversations.jsonl it wrote into {data_dir / DATA_FILE} and lists its sha256 in recipe.json)")
+        hours, what = " (hours)", (f"archives the directory's shards into {data_dir} and lists them and the "
+                                   "conversations' sha256 in recipe.json")
+    else:
+        hours, what = "", (f"compresses the conversations.jsonl it wrote into {data_dir / DATA_FILE} and lists its "
+                           "sha256 in recipe.json")
+    return (f"eaglehead prepare --data-config {DATA_CONFIGS[data_kind(kind)]}{hours}, then python -m "
+            f"eaglehead.demos.smollm2 ship-data --kind {kind} --chat-dir {CHAT_DIRS[kind]} --assets {data_dir.parent} "
+            f"(it {what})")
 
 
 def verify_data(root: Path, kinds: tuple[str, ...] = RECIPE_DATA["small"]) -> list[dict]:

@@ -67,18 +67,18 @@ class LlamaCppEngines:
         """The engines ``plan`` asks for: the GGUF to run (converted once, cached) and the head exported."""
         source = llamacpp_source(plan.target)
         model = source if plan.llamacpp_dtype == "as-is" else _float_copy(source, plan.llamacpp_dtype)
-        head = None
+        head = checkpoint = None
         if "llamacpp-eagle3" in plan.methods:
-            own = "llamacpp-eagle3" in plan.drafts
-            head = _export_head(plan.drafts["llamacpp-eagle3" if own else "eagle3"],
-                                "--llamacpp-draft" if own else "--draft", model, Path(plan.out) / "llamacpp",
-                                plan.llamacpp_head_dtype)
+            own = "llamacpp-eagle3" in plan.drafts  # --llamacpp-draft, else --draft's head
+            checkpoint, option = ((plan.drafts["llamacpp-eagle3"], "--llamacpp-draft") if own
+                                  else (plan.drafts["eagle3"], "--draft"))
+            head = _export_head(checkpoint, option, model, Path(plan.out) / "llamacpp", plan.llamacpp_head_dtype)
         threads = plan.threads or torch.get_num_threads()
         n_ctx = 256 * -(-(n_ctx + 32) // 256)  # + room for one round's drafts, in whole 256-token pages
         describe = {"xllamacpp": XLLAMACPP_VERSION, "source_gguf": str(source), "model_gguf": str(model),
                     "model_dtype": plan.llamacpp_dtype, "head_gguf": None if head is None else str(head),
                     "head_dtype": plan.llamacpp_head_dtype if head else None,
-                    "head_checkpoint": plan.drafts.get("llamacpp-eagle3", plan.drafts.get("eagle3")) if head else None, "threads": threads, "n_ctx": n_ctx,
+                    "head_checkpoint": checkpoint if head else None, "threads": threads, "n_ctx": n_ctx,
                     "ngram_match": NGRAM_MATCH, "stream": True, "process": "child"}
         return cls(model, threads=threads, n_ctx=n_ctx, tok=tok, eos=eos, head_path=head, describe=describe)
 
