@@ -13,7 +13,7 @@ import torch
 from eaglehead.builtin.devices import sync
 from eaglehead.builtin.models import output_vocab_size
 
-from .sampling import SamplingConfig, probs, sample_from
+from .sampling import SamplingConfig, greedy_argmax, probs, sample_from
 
 OnToken = Callable[[int, int, float], None]  # (row, token_id, perf_counter timestamp)
 
@@ -117,7 +117,7 @@ def next_token(logits: torch.Tensor, sampling: SamplingConfig, generator) -> tor
     """The token after the last position of ``logits [B, T, V]``: ``[B]``. Greedy takes the argmax of
     the logits directly (the first maximum, as ``probs``' one-hot does), skipping the one-hot."""
     if sampling.greedy:
-        return logits[:, -1].argmax(-1)
+        return greedy_argmax(logits[:, -1])
     return sample_from(probs(logits[:, -1], sampling), generator)
 
 

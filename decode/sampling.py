@@ -52,11 +52,29 @@ def check_finite(logits: torch.Tensor, name: str = "logits") -> None:
         raise ValueError(f"{name} contain NaN or +inf values (shape {tuple(logits.shape)})")
 
 
+def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.float().argmax(-1)`` (the first maximum: the lowest id wins ties), computed in two
+    vectorised passes: the maximum of each chunk of ``c`` entries (a power of two <= 1024 dividing ``V``),
+    then the first chunk holding the row's maximum and the first maximum inside it. On a CPU ``argmax`` over
+    a large vocabulary scans scalar by scalar: 17 bfloat16 rows of 49,152 cost 0.29 ms as float32 and 1.5 ms
+    in place, the chunked form 0.12 ms (2 idle threads; ``BENCHMARKS.md``, "bfloat16 on a CPU without AMX").
+    A vocabulary with no such divisor >= 64 takes the plain form."""
+    v = logits.shape[-1]
+    c = min(1024, v & -v)  # the largest power of two dividing v, at most 1024
+    if c < 64 or v < 2 * c:
+        return logits.float().argmax(-1)
+    lead = logits.shape[:-1]
+    blocks = logits.reshape(-1, v // c, c)  # [R, V/c, c]
+    j = blocks.amax(-1).float().argmax(-1)  # [R] the first chunk holding the maximum (NaN counts as one)
+    inner = blocks[torch.arange(blocks.shape[0], device=logits.device), j].float().argmax(-1)
+    return (j * c + inner).reshape(lead)
+
+
 def probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     """Turn ``logits [..., V]`` into the sampling distribution ``[..., V]`` (float32, rows sum to 1)."""
     logits = logits.float()
     if config.greedy:
-        idx = logits.argmax(dim=-1, keepdim=True)  # first maximum: lowest id wins ties
+        idx = greedy_argmax(logits)[..., None]  # first maximum: lowest id wins ties
         return torch.zeros_like(logits).scatter_(-1, idx, 1.0)
     # Shift by the row maximum first: a tiny temperature then cannot overflow to inf - inf = NaN.
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / config.temperature

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import sample_from
+from .sampling import greedy_argmax, sample_from
 
 
 @dataclass
@@ -175,7 +175,7 @@ def verify_tree_greedy(logits: torch.Tensor, tree: DraftTree) -> TreeVerdict:
     if logits.dim() != 3 or logits.shape[:2] != (bsz, n + 1):
         raise ValueError(f"logits must be [B, N+1, V] = [{bsz}, {n + 1}, V] for a tree of {n} nodes, "
                          f"got {tuple(logits.shape)}")
-    t = logits.float().argmax(-1)  # [B, N+1]
+    t = greedy_argmax(logits)  # [B, N+1]
     par = tree.parents + 1
     hit = tree.tokens == t.gather(1, par)  # [B, N] the node is its parent's argmax
     first = torch.where(hit, torch.arange(n, device=t.device).expand(bsz, n), n)

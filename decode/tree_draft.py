@@ -117,19 +117,31 @@ def stable_topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     towards the lowest index: ``torch.sort(x, descending=True, stable=True).indices[..., :k]`` without
     sorting the whole row (a full 8192-wide sort per row was ~1/4 of a tree's drafting time on a CPU).
 
-    On a CPU: a float ``topk`` of ``k + 1``, its ties put in index order; exact unless the ``k``-th and
-    ``k+1``-th values tie somewhere (checked on the host, free there), in which case, and on other devices
-    (no host sync), every value becomes an order-preserving integer (float bits, negatives mirrored) with
-    the reversed index in its low bits, and ``topk`` over those distinct keys has one answer."""
+    On a CPU: a float ``topk`` of ``m = k + 1`` candidates, widened (x4, up to the whole row) until every
+    row's last candidate is below its ``k``-th value, so that every entry tied with the ``k``-th is among
+    them (bfloat16 logits tie often); the candidates are then put in index order and stably sorted by value.
+    The check is on the host (free there). Elsewhere (no host sync) every value becomes an order-preserving
+    integer (float bits, negatives mirrored) with the reversed index in its low bits, and ``topk`` over
+    those distinct keys has one answer."""
     n = x.shape[-1]
     x = x.float() + 0.0  # -0.0 becomes 0.0: the two tie in a sort
-    if x.device.type == "cpu" and k < n:
-        v, i = torch.topk(x, k + 1, dim=-1)
-        if not bool((v[..., k - 1] == v[..., k]).any()):
-            v, i = v[..., :k], i[..., :k]
-            o = torch.sort(i, dim=-1).indices  # index order first, then a stable sort on the value
-            v, i = v.gather(-1, o), i.gather(-1, o)
-            return i.gather(-1, torch.sort(v, dim=-1, descending=True, stable=True).indices)
+    if x.device.type == "cpu":
+        m = min(k + 1, n)
+        while True:
+            v, i = torch.topk(x, m, dim=-1)
+            if m == n or not bool((v[..., m - 1] == v[..., k - 1]).any()):
+                break
+            m = min(n, 4 * m)
+        o = torch.sort(i, dim=-1).indices  # index order first, then a stable sort on the value
+        v, i = v.gather(-1, o), i.gather(-1, o)
+        return i.gather(-1, torch.sort(v, dim=-1, descending=True, stable=True).indices[..., :k])
+    return _stable_topk_by_keys(x, k)
+
+
+def _stable_topk_by_keys(x: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`stable_topk_indices` of float32 ``x`` (no ``-0.0``) without a host sync: one ``topk`` over
+    distinct integer keys."""
+    n = x.shape[-1]
     bits = x.contiguous().view(torch.int32).to(torch.int64)
     mono = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order of the keys = float order
     shift = max(1, (n - 1).bit_length())

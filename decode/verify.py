@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import sample_from
+from .sampling import greedy_argmax, sample_from
 
 
 def verify_chain(
@@ -80,6 +80,6 @@ def verify_chain_greedy(logits: torch.Tensor, draft: torch.Tensor) -> tuple[torc
     if logits.dim() != 3 or draft.dim() != 2 or logits.shape[:2] != (draft.shape[0], draft.shape[1] + 1):
         raise ValueError(f"verify_chain_greedy expects logits [B, gamma+1, V] for draft [B, gamma]; got logits "
                          f"{tuple(logits.shape)}, draft {tuple(draft.shape)}")
-    t = logits.float().argmax(-1)  # [B, gamma+1]
+    t = greedy_argmax(logits)  # [B, gamma+1]
     n_accepted = (draft == t[:, :-1]).long().cumprod(dim=-1).sum(dim=-1)
     return n_accepted, t.gather(1, n_accepted[:, None]).squeeze(1)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from eaglehead.decode import sampling
-from eaglehead.decode.sampling import SamplingConfig, probs, sample_from, sample_inverse_cdf
+from eaglehead.decode.sampling import SamplingConfig, greedy_argmax, probs, sample_from, sample_inverse_cdf
 
 from .exact_reference import frequency_mismatches, top_k_and_tail_mismatches
 
@@ -92,6 +92,24 @@ def test_greedy_is_point_mass_with_lowest_id_on_ties() -> None:
     assert out.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]]
     # top-k/top-p do not matter under greedy
     assert torch.equal(probs(logits, SamplingConfig(temperature=0, top_k=3, top_p=0.1)), out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("vocab", [49152, 4096, 1000, 100])  # chunks of 1024, 1024, 8 (plain), 4 (plain)
+def test_greedy_argmax_is_the_first_maximum(dtype: torch.dtype, vocab: int) -> None:
+    g = torch.Generator().manual_seed(vocab)
+    x = torch.randn(2, 5, vocab, generator=g).to(dtype)
+    x[0, 0] = 1.0  # a whole row tied: id 0
+    x[0, 1, vocab // 2:] = 50.0  # a tie across chunks: the first one
+    x[0, 2, -1] = 50.0  # the last id alone
+    x[0, 3, 3] = x[0, 3, vocab - 7] = 60.0  # first and last chunk tie
+    x[1, 0] = float("-inf")
+    x[1, 0, vocab - 2] = -1e4
+    x[1, 1] = torch.round(x[1, 1].float() * 2).to(dtype)  # many ties
+    want = x.float().argmax(-1)
+    assert torch.equal(greedy_argmax(x), want)
+    assert torch.equal(greedy_argmax(x[:, 1]), want[:, 1])  # [B, V], a non-contiguous slice
+    assert greedy_argmax(x)[0, :4].tolist() == [0, vocab // 2, vocab - 1, 3]
 
 
 def _close_to_reference(logits: torch.Tensor, cfg: SamplingConfig, rtol: float) -> None:

@@ -4,7 +4,7 @@ its fast path and on its exact fallback (ties at the k-th place, k = the whole r
 import pytest
 import torch
 
-from eaglehead.decode.tree_draft import stable_topk_indices
+from eaglehead.decode.tree_draft import _stable_topk_by_keys, stable_topk_indices
 
 
 def _reference(x, k):
@@ -23,6 +23,17 @@ def test_equals_a_stable_sort_with_and_without_ties(n):
             x[..., 0] = float("-inf")
             x[..., -1] = -0.0  # ties with 0.0 in a sort
         assert torch.equal(stable_topk_indices(x, k), _reference(x, k)), (trial, k)
+        # the sync-free path other devices take, on the same rows
+        assert torch.equal(_stable_topk_by_keys(x.float() + 0.0, k), _reference(x, k)), (trial, k)
+
+
+def test_a_tie_wider_than_the_first_candidates_is_resolved_by_index():
+    x = torch.zeros(2, 300)  # row 0: 300-way tie; row 1: 40 ones, the rest 0
+    x[1, 100:140] = 1.0
+    assert stable_topk_indices(x, 8).tolist() == [list(range(8)), list(range(100, 108))]
+    x[1, 100:140] = 0.0
+    x[1, 250] = 2.0  # the k-th place ties 299 entries: every one must be a candidate
+    assert stable_topk_indices(x, 3).tolist() == [[0, 1, 2], [250, 0, 1]]
 
 
 def test_ties_at_the_cut_go_to_the_lowest_index_and_bfloat16_input_works():
