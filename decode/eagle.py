@@ -25,7 +25,7 @@ from torch import nn
 from eaglehead.draftheads.checkpoint import check_compatible, load_head
 from eaglehead.draftheads.eagle3 import DraftKVCache, Eagle3Head
 
-from .sampling import SamplingConfig, probs, sample_from
+from .sampling import SamplingConfig, greedy_argmax, probs, sample_from
 
 
 class Eagle3Drafter:
@@ -68,7 +68,7 @@ class Eagle3Drafter:
         for i in range(gamma):
             logits = head.logits(h[:, -1])  # [B, Vd]
             if sampling.greedy:  # q is the point mass at the argmax (lowest id on ties, as probs() does)
-                d = head.draft_to_target(logits.argmax(-1))  # [B] target ids
+                d = head.draft_to_target(greedy_argmax(logits))  # [B] target ids
                 q = torch.zeros(bsz, self.vocab_size, device=dev).scatter_(1, d[:, None], 1.0)
             else:
                 q_draft = probs(logits, sampling)  # [B, Vd]
