@@ -18,7 +18,9 @@ and first-draft agreement against answer tokens trained, one line per run) and p
 Flattened: over the snapshots in a run's last doubling of answer tokens (tokens >= half the last one's),
 the least-squares slope of predicted tau against log2(tokens) is the tau gained per doubling of training;
 the curve has flattened when at least ``--min-points`` snapshots lie there and the slope is below
-``--flat-gain``. A checkpoint resumed from before the count existed starts counting at its step: the
+``--flat-gain``. Snapshots taken while a wsd run anneals (its rate decaying: ``snapshot.json``'s ``annealing``,
+or for older snapshots the run's logged rates) are drawn apart and left out of the verdict: what the decay
+adds is the anneal's gain, not more tokens'. A checkpoint resumed from before the count existed starts counting at its step: the
 tokens of the steps before are estimated at the run's later mean per step, and the point says so.
 """
 
@@ -57,12 +59,37 @@ def run_snapshots(run_dir: str | Path) -> list[dict]:
         config = read_json(path / "config.json", expect=dict)
         found.append({**snap, "dir": str(path), "head_type": head_label(config)})
     found.sort(key=lambda s: s["step"])
+    unknown = [s["step"] for s in found if "annealing" not in s]  # written before snapshots recorded it
+    derived = _annealing(Path(run_dir), unknown) if unknown else {}
     for snap in found:
+        snap.setdefault("annealing", derived.get(snap["step"], False))
         since = snap.get("answer_tokens_since_step", 0)
         if since and snap["step"] > since:  # the mean tokens per counted step stands in for the uncounted ones
             snap["answer_tokens"] = round(snap["answer_tokens"] * snap["step"] / (snap["step"] - since))
             snap["answer_tokens_estimated"] = True
     return found
+
+
+def _annealing(run_dir: Path, steps: list[int]) -> dict[int, bool]:
+    """Whether each of ``steps`` of a wsd run (its ``config.yaml``) was taken while it annealed, read from the
+    rate logged last before it (``metrics.jsonl``: the rate after each logged step): below the peak after the
+    warmup. The logged rate at a launch's own last step is 0 even with no decay (the rate after the end),
+    hence the one before. All False for other schedules or when either file is missing."""
+    import yaml
+
+    config_path, metrics_path = run_dir / "config.yaml", run_dir / "metrics.jsonl"
+    if not (config_path.is_file() and metrics_path.is_file()):
+        return {s: False for s in steps}
+    optim = (yaml.safe_load(config_path.read_text()) or {}).get("optim") or {}
+    if optim.get("schedule") != "wsd":
+        return {s: False for s in steps}
+    peak, warmup = float(optim.get("lr", 0.0)), int(optim.get("warmup_steps", 0))
+    rates = sorted((rec["step"], rec["lr"]) for _, rec in read_jsonl(metrics_path) if "lr" in rec)
+    out = {}
+    for step in steps:
+        before = [(s, lr) for s, lr in rates if s < step]
+        out[step] = bool(before) and before[-1][0] >= warmup and before[-1][1] < peak * (1 - 1e-6)
+    return out
 
 
 def head_label(config: dict) -> str:
@@ -166,6 +193,7 @@ def build_curve(measured: list[dict], runs: list[str], settings: dict, *, flat_g
     curves = []
     for run in runs:
         snaps = run_snapshots(run)  # a run's current snapshots: a rewritten step shows its new head only
+        s_annealing = {s["step"]: s["annealing"] for s in snaps}
         points = []
         for rec in (by_key.get(_key({**s, "run": run})) for s in snaps):
             if rec is not None:
@@ -173,10 +201,15 @@ def build_curve(measured: list[dict], runs: list[str], settings: dict, *, flat_g
                                "answer_tokens_estimated": rec.get("answer_tokens_estimated", False),
                                "accuracy_by_depth": rec["accuracy_by_depth"],
                                "predicted_greedy_tau_by_gamma": rec["predicted_greedy_tau_by_gamma"],
-                               "tau": rec["predicted_greedy_tau_by_gamma"][-1], "utc": rec["utc"]})
+                               "tau": rec["predicted_greedy_tau_by_gamma"][-1], "utc": rec["utc"],
+                               "annealing": bool(s_annealing.get(rec["step"], False))})
         head_type = snaps[-1]["head_type"] if snaps else "head"
+        # Flattening is judged at the peak rate: a decay's gain is the anneal's, not more tokens'.
+        verdict = flat_verdict([p for p in points if not p["annealing"]], flat_gain=flat_gain, min_points=min_points)
+        if points and all(p["annealing"] for p in points):
+            verdict["reason"] = "every snapshot was taken while annealing: no point at the peak rate to judge"
         curves.append({"run": run, "head_type": head_type, "label": f"{head_type} ({Path(run).name})",
-                       "points": points, "verdict": flat_verdict(points, flat_gain=flat_gain, min_points=min_points)})
+                       "points": points, "verdict": verdict})
     return {"settings": settings, "tau_gamma": settings["depth"], "runs": curves}
 
 

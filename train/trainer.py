@@ -201,8 +201,13 @@ def train(cfg: TrainConfig) -> dict:
         if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
             state = {"step": done, "epoch": epoch, "answer_tokens": run.answer_tokens,
                      "answer_tokens_since_step": run.answer_tokens_since}
-            # The snapshot first: a kill between the two re-trains to this step and writes it again.
-            save_snapshot(accelerator, run.model, Path(cfg.output_dir), state)
+            # The snapshot first: a kill between the two re-trains to this step and writes it again. A learning
+            # curve tells the snapshots of a wsd run's decay (annealing) from those at its peak rate, by the rate
+            # of the update that made it (the last one, step done - 1).
+            factor = lr_factor(opt, done - 1)
+            snap = {**state, "lr_factor": factor,
+                    "annealing": opt.schedule == "wsd" and done - 1 >= opt.warmup_steps and factor < 1.0}
+            save_snapshot(accelerator, run.model, Path(cfg.output_dir), snap)
             run.store.save(accelerator, done, state, cfg)
     bar.close()
     return _finish(accelerator, run.model, cfg, Path(cfg.output_dir), last)

@@ -114,3 +114,41 @@ def test_tokens_counted_from_a_late_step_are_estimated(runs, tmp_path):
         path.write_text(json.dumps({**snap, "answer_tokens": 100 * (step - 1), "answer_tokens_since_step": 1}))
     got = lc.run_snapshots(run)
     assert [(s["answer_tokens"], s["answer_tokens_estimated"]) for s in got] == [(200, True), (400, True)]
+
+
+def test_snapshots_of_an_anneal_are_marked_and_left_out_of_the_verdict(runs, tmp_path):
+    """A wsd run decaying over its last 4 of 6 steps: the snapshot at step 2 is at the peak rate, those at 4 and 6
+    anneal (the rate of their last update: 3/4, 1/4). The trainer records it; for older snapshots (no such field)
+    the run's logged rates tell the same. A wsd run with no decay ends at its peak: not annealing."""
+    cfg = load_config(TrainConfig, write_config(runs, "wsd", **{"optim.max_steps": 6, "optim.schedule": "wsd",
+                                                                 "optim.decay_steps": 4}))
+    train(cfg)
+    run = runs / "wsd"
+    written = lc.run_snapshots(run)
+    assert [(s["step"], s["annealing"], s["lr_factor"]) for s in written] == [
+        (2, False, 1.0), (4, True, 0.75), (6, True, 0.25)]
+    old = tmp_path / "old"  # the same run as written before snapshots recorded it
+    shutil.copytree(run, old)
+    for s in written:
+        path = old / "snapshots" / f"step_{s['step']}" / "snapshot.json"
+        snap = json.loads(path.read_text())
+        path.write_text(json.dumps({k: v for k, v in snap.items() if k not in ("annealing", "lr_factor")}))
+    assert [s["annealing"] for s in lc.run_snapshots(old)] == [False, True, True]
+    assert [s["annealing"] for s in lc.run_snapshots(runs / "e3")] == [False, False]  # cosine: no anneal phase
+    flat = runs / "wsd0"
+    train(load_config(TrainConfig, write_config(runs, "wsd0", **{"optim.schedule": "wsd", "optim.decay_steps": 0})))
+    assert [s["annealing"] for s in lc.run_snapshots(flat)] == [False, False]
+    for step in (2, 4):  # and as derived: the rate logged at its last step is 0, the one before is the peak
+        path = flat / "snapshots" / f"step_{step}" / "snapshot.json"
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "annealing"}))
+    assert [s["annealing"] for s in lc.run_snapshots(flat)] == [False, False]
+    # Three points, one at the peak rate: the verdict sees that one only; the figure draws all three.
+    measured = [{**s, "run": str(run), "accuracy_by_depth": [0.5, 0.4],
+                 "predicted_greedy_tau_by_gamma": [1.5, 1.5 + 0.1 * i]} for i, s in enumerate(written)]
+    settings = {"target": "t", "prompts": "p", "max_prompts": 2, "max_new_tokens": 8, "depth": 2}
+    curve = lc.build_curve(measured, [str(run)], settings)
+    c = curve["runs"][0]
+    assert [p["annealing"] for p in c["points"]] == [False, True, True]
+    assert c["verdict"]["window_points"] == 1 and c["verdict"]["gain_per_doubling"] is None
+    png = lc.plot_curve(curve, tmp_path / "curve.png")
+    assert png.stat().st_size > 10_000
