@@ -38,7 +38,11 @@ QUESTION_IDS = (103, 114, 121)
 BUDGET = 48
 GAMMA = 3  # llama.cpp's n_max and our loop's gamma
 MARGIN = 0.015  # 5x the largest margin seen broken between llama.cpp's batched and single-token paths
-TAU_TOLERANCE = 0.05
+# Both shipped heads match our tau exactly here (1.829 and, the annealed large-data head, 1.878); one accepted
+# token moves it by ~0.013 (3 prompts, ~75 rounds). 0.03 tolerates two; the large-data head exported with its
+# tapped layers off by one loses only 0.049 (a stronger head leans less on which layers it reads), so 0.05 no
+# longer told that broken export apart.
+TAU_TOLERANCE = 0.03
 
 
 @cache
