@@ -1,7 +1,8 @@
 """The learning-curve figure (:mod:`eaglehead.diagnostics.learning_curve`): two panels against answer tokens
 trained (log scale), one line per run: the greedy tau its head predicts at gamma = depth, and its first-draft
 agreement ``alpha_1``. The legend gives each run's verdict; hollow markers are points whose token count is
-partly estimated; squares joined by a dashed line are snapshots taken while the run annealed (its rate decaying). Drawn on a ``matplotlib.figure.Figure`` (Agg canvas): no global backend is switched.
+partly estimated; squares joined by a dashed line are snapshots taken while the run annealed (its rate
+decaying). Drawn on a ``matplotlib.figure.Figure`` (Agg canvas): no global backend is switched.
 
     plot_curve(curve, Path("runs/curve/curve.png"))   # curve: learning_curve.build_curve's dict
 """
@@ -44,7 +45,8 @@ def plot_curve(curve: dict, path: Path) -> Path:
             peak = [(a, b) for a, b, p in zip(x, y, pts) if not p.get("annealing")]
             if peak:
                 ax.plot(*zip(*peak), "-", color=color, lw=1.6, label=_legend_label(run) if ax is ax_tau else None)
-            filled = [(a, b) for a, b, p in zip(x, y, pts) if not p["answer_tokens_estimated"] and not p.get("annealing")]
+            filled = [(a, b) for a, b, p in zip(x, y, pts)
+                      if not p["answer_tokens_estimated"] and not p.get("annealing")]
             hollow = [(a, b) for a, b, p in zip(x, y, pts) if p["answer_tokens_estimated"] and not p.get("annealing")]
             if filled:
                 ax.plot(*zip(*filled), "o", color=color, ms=4)

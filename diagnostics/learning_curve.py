@@ -20,8 +20,9 @@ the least-squares slope of predicted tau against log2(tokens) is the tau gained 
 the curve has flattened when at least ``--min-points`` snapshots lie there and the slope is below
 ``--flat-gain``. Snapshots taken while a wsd run anneals (its rate decaying: ``snapshot.json``'s ``annealing``,
 or for older snapshots the run's logged rates) are drawn apart and left out of the verdict: what the decay
-adds is the anneal's gain, not more tokens'. A checkpoint resumed from before the count existed starts counting at its step: the
-tokens of the steps before are estimated at the run's later mean per step, and the point says so.
+adds is the anneal's gain, not more tokens'. A checkpoint resumed from before the count existed starts
+counting at its step: the tokens of the steps before are estimated at the run's later mean per step, and the
+point says so.
 """
 
 from __future__ import annotations
