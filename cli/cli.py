@@ -72,6 +72,12 @@ def cmd_generate(args) -> int:
         drafter = None
     if tree is not None and not hasattr(drafter, "propose_tree"):
         raise SystemExit("--tree needs --draft with an EAGLE-3/EAGLE-1 head directory (trees are drafted by its head)")
+    if args.cpu_linear == "packed":
+        from eaglehead.decode.packed_linear import pack_linears
+
+        for module in (target, getattr(drafter, "head", None), getattr(drafter, "model", None)):
+            if isinstance(module, torch.nn.Module):
+                pack_linears(module)
     if tree is not None:
         from eaglehead.decode import tree_generate
 
@@ -235,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    g.add_argument("--cpu-linear", default="packed", choices=("packed", "plain"), help="on the CPU: linear layers "
+                   "run oneDNN on weights packed once (packed) or F.linear as loaded (plain)")
     g.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("prepare", help="write chat data with the target (--data-config); tokenise training data, "

@@ -46,6 +46,7 @@ DRAFT_KEYS = ("eagle3", "eagle1", "draft-lm", "llamacpp-eagle3")  # EvalPlan.dra
 BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper)
 AUTO_GAMMAS = tuple(range(1, 9))
 MAX_GAMMA = 16
+CPU_LINEAR = ("packed", "plain")  # EvalPlan.cpu_linear: see decode/packed_linear.py
 DrafterFactory = Callable[[nn.Module], Any]  # target -> a Drafter, called once per method
 GammaMode = Literal["fixed", "sweep", "auto"]
 
@@ -81,6 +82,9 @@ class EvalPlan:
     seed: int = 0
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     dtype: str = "float32"
+    # packed: on the CPU, the torch methods' linear layers (target, draft LM, heads) run oneDNN on weights packed
+    # once (decode/packed_linear.py); plain: F.linear as loaded. Ignored on other devices.
+    cpu_linear: str = "packed"
     # Trees (eagle3-tree, eagle1-tree): the axis tuned like gamma is the number of verified draft nodes
     # ``tree_tokens``; each tree has depth min(tree_depth, n) and tree_topk children per node (plan_options.py).
     tree_tokens: tuple[int, ...] | None = None  # None: the default of the gamma mode (plan_options.py)
@@ -152,6 +156,8 @@ class EvalPlan:
         if not head_dtype_ok(self.llamacpp_head_dtype):
             raise ValueError(f"--llamacpp-head-dtype must be float16, float32 or bfloat16, got "
                              f"{self.llamacpp_head_dtype!r}")
+        if self.cpu_linear not in CPU_LINEAR:
+            raise ValueError(f"--cpu-linear must be one of {list(CPU_LINEAR)}, got {self.cpu_linear!r}")
         if self.threads is not None and not _positive_int(self.threads):
             raise ValueError(f"--threads must be an integer >= 1, got {self.threads!r}")
         if any(m in LLAMACPP_METHODS for m in self.methods):
@@ -319,6 +325,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--seed", type=int, default=0)
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    a("--cpu-linear", default="packed", choices=CPU_LINEAR, help="on the CPU, the torch methods' linear layers: "
+      "packed (oneDNN on weights packed once; every method alike) or plain (F.linear as loaded)")
     a("--report-to", default="none", choices=("none", "wandb"),
       help="also log the tables and figures to a wandb run (WANDB_MODE=offline works without a network)")
     a("--wandb-project", default="eaglehead")
@@ -341,4 +349,4 @@ def plan_from_args(args: argparse.Namespace,
                     wandb_project=args.wandb_project,
                     tune_fraction=args.tune_fraction, max_prompts=args.max_prompts, out=str(args.out),
                     overwrite=args.overwrite, resume=args.resume, seed=args.seed, device=args.device, dtype=args.dtype,
-                    drafter_factories=dict(drafter_factories or {}))
+                    cpu_linear=args.cpu_linear, drafter_factories=dict(drafter_factories or {}))

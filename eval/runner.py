@@ -115,10 +115,28 @@ def _load_models(plan: EvalPlan):
         draft_lm = load_causal_lm(plan.drafts["draft-lm"], dtype=plan.dtype, device=device, option="--draft-lm")
         _check_vocab("--draft-lm", output_vocab_size(draft_lm), output_vocab_size(target))
     eos = eos_token_ids(target, tok)
-    models = Models(target=target, draft_lm=draft_lm, drafters=_drafters(plan, target, draft_lm, device), eos=eos,
+    drafters = _drafters(plan, target, draft_lm, device)
+    if plan.cpu_linear == "packed" and device.type == "cpu":
+        _pack_loaded(plan, target, draft_lm, drafters)
+    models = Models(target=target, draft_lm=draft_lm, drafters=drafters, eos=eos,
                     pad_id=pad_token_id(tok, eos), device=device, max_new=plan.max_new_tokens, seed=plan.seed,
                     tree_shape=plan.tree_shape)
     return models, tok
+
+
+def _pack_loaded(plan: EvalPlan, target, draft_lm, drafters: dict) -> None:
+    """``--cpu-linear packed``: the linear layers of every model this run loaded (the target, the draft LM, the
+    heads; not a factory's drafter, which is the caller's object) run on packed weights, so every torch method,
+    vanilla included, gets the same kernels."""
+    from eaglehead.decode.packed_linear import pack_linears
+
+    pack_linears(target)
+    if draft_lm is not None:
+        pack_linears(draft_lm)
+    for method, drafter in drafters.items():
+        if method not in plan.drafter_factories and HEAD_OF.get(method, method) not in plan.drafter_factories \
+                and hasattr(drafter, "head"):
+            pack_linears(drafter.head)
 
 
 def _tune_gammas(plan: EvalPlan, models: Models, tune: list[Item], spec: list[str], state: dict, bar,

@@ -307,3 +307,44 @@ def test_gpu_checks_real_head_section_runs_a_saved_head_through_the_evaluation(w
     report = json.loads((out / "report.json").read_text())
     assert {r["method"] for r in report["runs"]} == {"vanilla", "hf-generate", "eagle3"}
     assert {r["batch_size"] for r in report["runs"]} == {1, 4}
+
+
+def test_cpu_linear_packs_every_model_the_run_loads(workspace, tmp_path):
+    """``--cpu-linear packed`` (the default on the CPU): the target, the draft LM and the loaded heads run packed
+    linears (every torch method alike, vanilla included); ``plain`` leaves them as loaded; a bad value is named."""
+    import dataclasses
+
+    from torch import nn
+
+    from eaglehead.decode.packed_linear import PackedLinear
+    from eaglehead.draftheads.checkpoint import save_pretrained
+    from eaglehead.draftheads.config import Eagle3Config
+    from eaglehead.draftheads.eagle3 import Eagle3Head
+    from eaglehead.draftheads.vocab import build_draft_vocab
+    from eaglehead.eval.runner import _load_models
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(workspace["root"] / "target")
+    torch.manual_seed(3)
+    head = Eagle3Head(Eagle3Config.from_target_config(cfg, draft_vocab_size=16))
+    head.set_vocab(*build_draft_vocab(torch.arange(workspace["vocab"]), 16))
+    save_pretrained(head, tmp_path / "e3")
+    common = ("--methods", "vanilla,eagle3,eagle3-tree,draft-lm", "--draft", str(tmp_path / "e3"),
+              "--draft-lm", str(workspace["root"] / "draft"))
+
+    def linears(module):
+        return [type(m) for m in module.modules() if isinstance(m, (nn.Linear, PackedLinear))]
+
+    models, _ = _load_models(_args(workspace, tmp_path / "a", *common))
+    drafter_head = models.drafters["eagle3"].head
+    assert models.drafters["eagle3-tree"].head is drafter_head
+    for module in (models.target, models.draft_lm, drafter_head):
+        kinds = linears(module)
+        assert kinds and set(kinds) == {PackedLinear}
+    plan = _args(workspace, tmp_path / "b", *common, "--cpu-linear", "plain")
+    assert plan.to_dict()["cpu_linear"] == "plain"
+    models, _ = _load_models(plan)
+    for module in (models.target, models.draft_lm, models.drafters["eagle3"].head):
+        assert set(linears(module)) == {nn.Linear}
+    with pytest.raises(ValueError, match="--cpu-linear must be one of"):
+        dataclasses.replace(plan, cpu_linear="fast")
