@@ -18,10 +18,8 @@ import sys
 from pathlib import Path
 
 from eaglehead.decode import DEFAULT_GAMMA
-from eaglehead.eval.plan import add_eval_arguments
+from eaglehead.eval.plan import CPU_LINEAR, CPU_LINEAR_HELP, add_eval_arguments
 
-CPU_LINEAR_HELP = ("on the CPU: linear layers run oneDNN on weights packed once (packed) or F.linear as loaded "
-                   "(plain)")
 
 def cmd_generate(args) -> int:
     import torch
@@ -243,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
     g.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
-    g.add_argument("--cpu-linear", default="packed", choices=("packed", "plain"), help=CPU_LINEAR_HELP)
+    g.add_argument("--cpu-linear", default="packed", choices=CPU_LINEAR, help=CPU_LINEAR_HELP)
     g.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("prepare", help="write chat data with the target (--data-config); tokenise training data, "

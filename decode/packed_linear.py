@@ -23,6 +23,8 @@ applied where decoding is timed (``eaglehead eval``, ``eaglehead generate``), no
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,9 +38,10 @@ def _ops_available() -> bool:
             and hasattr(ops, "_linear_pointwise"))
 
 
+@cache
 def packed_dtypes() -> tuple[torch.dtype, ...]:
     """The dtypes this torch build packs on this CPU: float32 wherever oneDNN is built in, bfloat16 where the
-    CPU runs oneDNN's bfloat16 kernels natively; ``()`` without oneDNN."""
+    CPU runs oneDNN's bfloat16 kernels natively; ``()`` without oneDNN. Fixed for the process (cached)."""
     if not _ops_available():
         return ()
     bf16 = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
@@ -72,19 +75,17 @@ class PackedLinear(nn.Module):
         return self._packed
 
     def _fast_path(self, x: torch.Tensor) -> bool:
-        w = self.weight
+        w, b = self.weight, self.bias
         return (x.device.type == "cpu" and w.device.type == "cpu" and x.dtype == w.dtype
-                and w.dtype in PACKED_DTYPES and x.dim() >= 1 and x.shape[-1] == self.in_features
-                and x.numel() > 0
+                and w.dtype in packed_dtypes() and (b is None or b.dtype == w.dtype)
+                and x.dim() >= 1 and x.shape[-1] == self.in_features and x.numel() > 0
                 and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or
-                                                      (self.bias is not None and self.bias.requires_grad))))
+                                                      (b is not None and b.requires_grad))))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self._fast_path(x):
             return F.linear(x, self.weight, self.bias)
         bias = None if self.bias is None else self.bias.detach()
-        if bias is not None and bias.dtype != x.dtype:
-            return F.linear(x, self.weight, self.bias)
         lead = x.shape[:-1]
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features).contiguous(), self._packed_weight(),
                                                bias, "none", [], "")

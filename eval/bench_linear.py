@@ -22,6 +22,7 @@ import torch
 from eaglehead.builtin.models import load_target
 from eaglehead.decode.cache import RaggedCacheLM
 from eaglehead.decode.packed_linear import pack_linears
+from eaglehead.eval.plan_options import parse_int_list
 
 
 def _times(model, tokens: list[int], context: int, repeats: int, vocab: int) -> dict[int, float]:
@@ -42,16 +43,6 @@ def _times(model, tokens: list[int], context: int, repeats: int, vocab: int) -> 
     return out
 
 
-def _int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise SystemExit(f"{name} must be comma-separated integers >= 1, got {text!r}")
-    return values
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eaglehead.eval.bench_linear", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="builtin:smollm2-135m-instruct")
@@ -61,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args(argv)
-    tokens = _int_list(args.tokens, "--tokens")
+    try:
+        tokens = parse_int_list(args.tokens, "--tokens")
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if min(tokens) < 1:
+        raise SystemExit(f"--tokens must be integers >= 1, got {args.tokens!r}")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not dtypes or any(d not in ("float32", "bfloat16") for d in dtypes):
         raise SystemExit(f"--dtypes must be float32 and/or bfloat16, got {args.dtypes!r}")

@@ -47,6 +47,8 @@ BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (tr
 AUTO_GAMMAS = tuple(range(1, 9))
 MAX_GAMMA = 16
 CPU_LINEAR = ("packed", "plain")  # EvalPlan.cpu_linear: see decode/packed_linear.py
+CPU_LINEAR_HELP = ("on the CPU, the linear layers of every model loaded (target, draft LM, heads): packed (oneDNN on "
+                   "weights packed once; every method alike) or plain (F.linear as loaded)")
 DrafterFactory = Callable[[nn.Module], Any]  # target -> a Drafter, called once per method
 GammaMode = Literal["fixed", "sweep", "auto"]
 
@@ -325,8 +327,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--seed", type=int, default=0)
     a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a("--dtype", default="float32", help="float32 | bfloat16 | float16")
-    a("--cpu-linear", default="packed", choices=CPU_LINEAR, help="on the CPU, the torch methods' linear layers: "
-      "packed (oneDNN on weights packed once; every method alike) or plain (F.linear as loaded)")
+    a("--cpu-linear", default="packed", choices=CPU_LINEAR, help=CPU_LINEAR_HELP)
     a("--report-to", default="none", choices=("none", "wandb"),
       help="also log the tables and figures to a wandb run (WANDB_MODE=offline works without a network)")
     a("--wandb-project", default="eaglehead")
