@@ -163,7 +163,7 @@ def plot_survival(runs: list[dict[str, Any]], path: Path) -> Path:
     if not states:
         _empty(axes[0], "no speculative runs")
     fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
-    _suptitle(fig, "Survival: share of rounds accepting at least i drafts")
+    _suptitle(fig, "Survival: share of the rounds that drafted position i accepting at least i drafts")
     return _save(fig, path, right=1 - 1.6 / fig.get_figwidth())
 
 

@@ -366,7 +366,8 @@ def _markdown(report: dict[str, Any], violations: list[str], figures: list[str])
             lines.append("| " + " | ".join(c[1](r) for c in TABLE_COLUMNS) + " |")
         curves = [r for r in runs if r.get("survival")]
         if curves:
-            lines += ["", "Survival Pr(A >= i) for i = 1, 2, ...:", ""]
+            lines += ["", "Survival Pr(A >= i) for i = 1, 2, ..., over the rounds that drafted position i "
+                      "(rounds cut short by the token limit draft fewer, so a later position can read higher):", ""]
             for r in curves:
                 vals = ", ".join(fmt(s, 1.0, 3) for s in r["survival"])
                 lines.append(f"- {r['method']} (gamma {r.get('gamma')}): {vals}")
