@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 MIN_GROWTH = 128  # positions added at least when a buffer is reallocated
 
@@ -74,7 +74,6 @@ class GrowingLayer(DynamicLayer):
         self._kbuf, self._vbuf = self._kbuf[indices], self._vbuf[indices]
         self._set_views(n)
 
-
     def drop_leading(self, count: int) -> None:
         """Forget the first ``count`` positions of every row (no copy: the views start later)."""
         if count == 0 or not self.is_initialized:
@@ -88,11 +87,17 @@ class GrowingLayer(DynamicLayer):
 
 
 class GrowingCache(DynamicCache):
-    """``DynamicCache`` whose full-attention layers are :class:`GrowingLayer` (sliding-window and other
-    layer kinds keep transformers' own class)."""
+    """``DynamicCache`` whose full-attention layers are :class:`GrowingLayer`.
 
-    def __init__(self, config=None):
+    ``full_length=True`` makes sliding-window layers :class:`GrowingLayer` too: they then keep every entry
+    instead of transformers' ring of the last ``W - 1``, so a rollback (``crop``) is always possible, and
+    the window must come from the attention mask (transformers' own sliding mask does it by slot while the
+    cache has no holes; :mod:`eaglehead.decode.attention_layout` builds it by position otherwise). Other
+    layer kinds keep transformers' own class."""
+
+    def __init__(self, config=None, full_length: bool = False):
         super().__init__(config=config)
-        self.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.layers]
+        grow = (DynamicLayer, DynamicSlidingWindowLayer) if full_length else (DynamicLayer,)
+        self.layers = [GrowingLayer() if type(layer) in grow else layer for layer in self.layers]
         if self.layer_class_to_replicate is DynamicLayer:
             self.layer_class_to_replicate = GrowingLayer

@@ -8,6 +8,11 @@ the same count from every row. So the cache is kept *physically* aligned across 
 rejected entries become holes (mask 0) that attention never sees, and every fed token gets an
 explicit position id equal to the number of valid tokens before it, so RoPE positions stay right.
 With batch 1 there are never holes: the physical crop is exactly the seed's ``crop(L + A)``.
+
+Sliding-window targets (Mistral, Gemma 2/3, GPT-OSS, Qwen2/3 with sliding layers): every layer's cache is
+kept full length, so rollback is always possible, and the window is applied by the mask
+(:mod:`.attention_layout`): while there are no holes transformers' own sliding mask is exact (slot = position)
+and ``None`` is passed as for full-attention targets; with holes the 4D masks are built here, by position.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from torch import nn
 
 from eaglehead.builtin.kvcache import GrowingCache
 from eaglehead.draftheads.taps import FeatureTaps
+
+from .attention_layout import AttentionLayout, check_maskable, slot_positions
 
 
 @dataclass
@@ -44,6 +51,9 @@ class RaggedCacheLM:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        self.layout = AttentionLayout.of(model)
+        if self.layout.sliding:  # holes on a sliding target need the 4D masks: refuse now, not mid-answer
+            check_maskable(model, "decoding a sliding-window target with a rollback-able cache")
         self.cache: GrowingCache | None = None
         self._valid: torch.Tensor | None = None  # None: no holes, every row holds all P entries
         self._lengths: torch.Tensor | None = None
@@ -75,7 +85,7 @@ class RaggedCacheLM:
         return self._lengths
 
     def reset(self, batch_size: int) -> None:
-        self.cache = GrowingCache(config=self.model.config)
+        self.cache = GrowingCache(config=self.model.config, full_length=True)
         self._valid, self._lengths = None, None
         self._physical, self._bsz = 0, batch_size
 
@@ -104,16 +114,23 @@ class RaggedCacheLM:
             new_valid = None  # no padding (a one-off sync per prompt): stay on the hole-free path
         if new_valid is None and self._valid is None:
             positions = torch.arange(self._physical, self._physical + t, device=tokens.device).expand(bsz, t)
-            mask = None  # all ones: pass None so attention can use its causal fast path
+            # All ones: pass None so attention can use its causal fast path (on sliding layers transformers'
+            # own window mask, by slot, is exact while slot = position)
+            mask = None
         else:
             self._make_holes_possible()
             if new_valid is None:
                 new_valid = torch.ones(bsz, t, dtype=torch.bool, device=tokens.device)
             # Position of each new token = valid tokens before it in its row (holes do not count).
             positions = (self._lengths[:, None] + new_valid.long().cumsum(-1) - 1).clamp_min(0)
+            if self.layout.sliding:  # the window by position, not slot: build the 4D mask(s) here
+                causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+                mask = self.layout.masks(self._valid, positions, causal & new_valid[:, None, :],
+                                         self._dtype(), slot_positions(self._valid))
             self._valid = torch.cat([self._valid, new_valid], dim=1)
             self._lengths = self._lengths + new_valid.long().sum(-1)
-            mask = self._valid.long()
+            if not self.layout.sliding:
+                mask = self._valid.long()
         kwargs = {
             "input_ids": tokens,
             "position_ids": positions,
@@ -129,6 +146,9 @@ class RaggedCacheLM:
         if last_only:
             logits = logits[:, -1:]
         return ForwardOut(logits=logits, features=features)
+
+    def _dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
 
     def _call(self, kwargs: dict, want_features: bool):
         """One forward of the model with ``kwargs``: ``(its output, the fused tapped features or None)``."""

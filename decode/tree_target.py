@@ -14,14 +14,18 @@ the front of the new block, in place, and crops the rest as :meth:`RaggedCacheLM
 ``P_b + k`` and now sits at slot ``P_b + k`` of the row's valid entries: positions stay right and the
 cache equals a recompute of the committed tokens.
 
-Only full-attention layers are supported: a sliding-window layer keeps a ring of recent entries whose
-slots this compaction does not model (refused with an error).
+Sliding-window layers: their cache is kept full length like every other layer (:mod:`.cache`), so the
+compaction is the same, and the sliding layers get their own mask (:mod:`.attention_layout`): the tree mask
+and, in addition, ``pos_query - pos_key < W`` by position (a node at ``P_b + depth``, a cached entry at the
+count of valid entries before it). The attention implementation must take a 4D mask (eager, sdpa): checked
+when the runner is built, before decoding starts.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .attention_layout import check_maskable, slot_positions
 from .cache import ForwardOut, RaggedCacheLM
 from .tree import DraftTree, ancestor_mask
 
@@ -31,14 +35,20 @@ class TreeCacheLM(RaggedCacheLM):
 
     _tree_width = 0  # N + 1 of the last tree forward, until keep_path
 
-    def tree_mask(self, tree: DraftTree, dtype: torch.dtype) -> torch.Tensor:
-        """The additive mask ``[B, 1, N+1, K+N+1]`` (0 = attend, dtype minimum = masked), ``K`` cached entries."""
-        bsz, n = tree.tokens.shape
+    def __init__(self, model, feature_layer_ids: list[int] | None = None):
+        check_maskable(model, "tree verification")
+        super().__init__(model, feature_layer_ids)
+
+    def tree_mask(self, tree: DraftTree, dtype: torch.dtype, positions: torch.Tensor):
+        """The additive mask ``[B, 1, N+1, K+N+1]`` (0 = attend, dtype minimum = masked), ``K`` cached entries,
+        or the per-layer-type dict of such masks on a target with sliding layers. ``positions [B, N+1]`` of
+        ``[root] + tree``."""
         past = self.valid  # [B, K] bool
-        allowed = torch.cat([past[:, None, :].expand(bsz, n + 1, past.shape[1]),
-                             ancestor_mask(tree.parents, tree.depth)], 2)  # [B, N+1, K+N+1]
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-        return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+        past_pos = None
+        if self.layout.sliding:
+            past_pos = (torch.arange(past.shape[1], device=past.device).expand_as(past) if self._valid is None
+                        else slot_positions(past))
+        return self.layout.masks(past, positions, ancestor_mask(tree.parents, tree.depth), dtype, past_pos)
 
     @torch.no_grad()
     def forward_tree(self, root: torch.Tensor, tree: DraftTree, *, want_features: bool = False) -> ForwardOut:
@@ -48,20 +58,16 @@ class TreeCacheLM(RaggedCacheLM):
         """
         if self.cache is None:
             raise RuntimeError("call reset(batch_size) before forward_tree")
-        if any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
-            raise ValueError("tree verification needs full-attention layers; this target has sliding-window "
-                             "layers (their cache keeps a ring of recent entries that cannot be compacted here)")
         bsz, n = tree.tokens.shape
         if root.shape != (bsz,):
             raise ValueError(f"root must be [B] = [{bsz}], got {tuple(root.shape)}")
         tokens = torch.cat([root[:, None], tree.tokens], 1)  # [B, N+1]
         depths = torch.cat([tree.depths.new_zeros(bsz, 1), tree.depths], 1)
         positions = self.lengths[:, None] + depths  # root at the row's logical length
-        dtype = next(self.model.parameters()).dtype
         kwargs = {
             "input_ids": tokens,
             "position_ids": positions,
-            "attention_mask": self.tree_mask(tree, dtype),
+            "attention_mask": self.tree_mask(tree, self._dtype(), positions),
             self._cache_kw: self.cache,
             "use_cache": True,
         }

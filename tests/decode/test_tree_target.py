@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import MistralConfig, MistralForCausalLM
 
 from eaglehead.decode.cache import RaggedCacheLM
 from eaglehead.decode.tree import DraftTree, check_tree
@@ -180,10 +179,7 @@ def test_errors_name_what_was_expected() -> None:
         runner.forward_tree(torch.tensor([1]), DraftTree.empty(2))
     with pytest.raises(RuntimeError, match="keep_path must follow forward_tree"):
         runner.keep_path(torch.zeros(2, 0, dtype=torch.long), [0, 0])
-    cfg = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, sliding_window=8)
-    sliding = TreeCacheLM(MistralForCausalLM(cfg).eval())
-    sliding.reset(1)
-    sliding.forward(torch.tensor([[1, 2, 3]]))
-    with pytest.raises(ValueError, match="sliding-window"):
-        sliding.forward_tree(torch.tensor([4]), DraftTree.empty(1))
+    flash = tiny_llama(seed=0, layers=1)
+    flash.config._attn_implementation_internal = "flash_attention_2"  # cannot take the tree's 4D mask
+    with pytest.raises(ValueError, match="attn_implementation 'flash_attention_2'"):
+        TreeCacheLM(flash)

@@ -1,0 +1,191 @@
+"""Exact decoding on every attention layout of ``tests.families``: full, sliding by position, alternating, sinks.
+
+For every family (and eager/sdpa on the sliding ones): greedy chain (gamma 3) and tree decoding equal vanilla
+decoding, and vanilla equals the no-cache reference (one full forward of the model over the whole sequence:
+transformers' own sliding-window semantics), for ``3 * WINDOW`` new tokens, at batch 1 and in a ragged batch
+of 2 (rows of different prompt lengths; oracle drafters with planted errors make the rows accept different
+counts, so the cache has holes). Cache rollback after first-position rejection, middle rejection and full
+acceptance gives the next logits of a fresh forward (float32, atol 1e-4: one-pass vs incremental attention
+sums over <= 60 keys). Negative controls: a sliding mask by cache slot, or no window on the sliding layers,
+breaks that equality. Flash attention (and sdpa on GPT-OSS, which would drop its sinks) is refused by name.
+
+Run: ``python -m pytest tests/decode/test_families.py -q --durations=5``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from eaglehead.decode import SamplingConfig, speculative_generate, vanilla_generate
+from eaglehead.decode import cache as cache_module
+from eaglehead.decode import tree_target as tree_target_module
+from eaglehead.decode.cache import RaggedCacheLM
+from eaglehead.decode.eagle import Eagle3Drafter
+from eaglehead.decode.tree import DraftTree
+from eaglehead.decode.tree_draft import EagleTreeDrafter
+from eaglehead.decode.tree_generate import tree_generate
+from eaglehead.decode.tree_target import TreeCacheLM
+from tests.families import FAMILIES, SLIDING_FAMILIES, VOCAB, WINDOW, tiny_family
+
+from .test_eagle_drafter import make_head
+from .test_tree_generate import OracleTreeDrafter
+
+GREEDY = SamplingConfig(temperature=0)
+NEW = 3 * WINDOW  # new tokens: the window binds for most of the answer
+TOL = dict(atol=1e-4, rtol=1e-4)
+# The other implementation of the sliding families; Gemma 2 and GPT-OSS are eager-only in transformers 5.25
+# (``_supports_sdpa = False``: softcapping, sinks), the default of the others is sdpa.
+OTHER_IMPL = {"gemma3": "eager", "mistral": "eager", "qwen2-sliding": "eager"}
+CASES = [(f, None) for f in FAMILIES] + [(f, i) for f, i in OTHER_IMPL.items()]
+
+
+def _model(family: str, impl: str | None, seed: int = 0):
+    return tiny_family(family, seed, **({"attn_implementation": impl} if impl else {}))
+
+
+def _prompts():
+    """Two prompts of lengths 10 and 6, and their left-padded batch ``[2, 10]`` with its mask."""
+    g = torch.Generator().manual_seed(7)
+    rows = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (10, 6)]
+    x = torch.tensor([rows[0], [0] * 4 + rows[1]])
+    mask = torch.tensor([[1] * 10, [0] * 4 + [1] * 6])
+    return rows, x, mask
+
+
+class OracleChainDrafter:
+    """Proposes each row's known greedy continuation with one wrong token at a depth that cycles over rounds
+    and rows (0 = first-position rejection, ..., gamma = full acceptance): rows accept different counts."""
+
+    feature_layer_ids = None
+
+    def __init__(self, truth: list[list[int]]):
+        self.truth, self.vocab_size, self.round = truth, VOCAB, 0
+
+    def begin(self, input_ids, valid, target_features=None):
+        self.done = [0] * input_ids.shape[0]
+
+    def propose(self, gamma, sampling, generator=None):
+        rows = []
+        for b, c in enumerate(self.done):
+            d = (self.truth[b][c:c + gamma] + [0] * gamma)[:gamma]
+            k = (self.round + b) % (gamma + 1)
+            if k < gamma:
+                d[k] = (d[k] + 1) % VOCAB
+            rows.append(d)
+        self.round += 1
+        d = torch.tensor(rows, dtype=torch.long)
+        return d, torch.nn.functional.one_hot(d, VOCAB).float()
+
+    def commit(self, n_accepted, draft, next_token, target_features=None):
+        self.done = [c + a + 1 for c, a in zip(self.done, n_accepted)]
+
+
+@pytest.mark.parametrize("family,impl", CASES)
+def test_greedy_chain_and_tree_equal_vanilla_and_the_no_cache_reference(family, impl):
+    model = _model(family, impl)
+    rows, x, mask = _prompts()
+    truth = []
+    for row in rows:  # batch-1 references: vanilla, checked against one full forward of the whole sequence
+        van = vanilla_generate(model, torch.tensor([row]), sampling=GREEDY, max_new_tokens=NEW).tokens[0]
+        full = torch.tensor([row + van])
+        with torch.no_grad():
+            assert model(full).logits[0, len(row) - 1:-1].argmax(-1).tolist() == van
+        truth.append(van)
+    head = make_head(model, rope_scaling=None)  # an untrained head: greedy identity holds whatever its quality
+    one = torch.tensor([rows[0]])
+    assert speculative_generate(model, Eagle3Drafter(head, model), one, gamma=3, sampling=GREEDY,
+                                max_new_tokens=NEW).tokens == truth[:1]
+    assert tree_generate(model, EagleTreeDrafter(head, model), one, depth=3, topk=4, tokens=8, sampling=GREEDY,
+                         max_new_tokens=NEW).tokens == truth[:1]
+    # Ragged batch 2: rows differ in prompt length and in accepted counts (holes in the cache).
+    chain = speculative_generate(model, OracleChainDrafter(truth), x, gamma=3, sampling=GREEDY, max_new_tokens=NEW,
+                                 attention_mask=mask)
+    assert chain.tokens == truth
+    assert {tuple(r.accepted) for r in chain.rounds} >= {(0, 1), (1, 2), (3, 0)}
+    tree = tree_generate(model, OracleTreeDrafter(model), x, depth=3, topk=2, tokens=8, sampling=GREEDY,
+                         max_new_tokens=NEW, attention_mask=mask)
+    assert tree.tokens == truth
+    assert len({a for r in tree.rounds for a in r.accepted}) >= 3  # rows accept different depths
+    assert speculative_generate(model, Eagle3Drafter(head, model), x, gamma=3, sampling=GREEDY, max_new_tokens=NEW,
+                                attention_mask=mask).tokens == truth
+
+
+def _fresh_next_logits(model, seq: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([seq])).logits[0, -1]
+
+
+def _drive_rounds(model, layout=None) -> float:
+    """Chain and tree rounds with forced acceptance patterns on a ragged batch of 2, far past the window;
+    after each, the next logits of each row are compared with a fresh forward. Returns the largest |diff|."""
+    rows, x, mask = _prompts()
+    runner = TreeCacheLM(model)
+    if layout is not None:
+        runner.layout = layout
+    runner.reset(2)
+    runner.forward(x[:, :-1], mask[:, :-1].bool())
+    seqs, last = [r[:-1] for r in rows], x[:, -1]  # the last prompt token is pending
+    g, worst = torch.Generator().manual_seed(3), 0.0
+    patterns = [[0, 3], [1, 0], [3, 2], [2, 3], [0, 1], [3, 3], [1, 2], [2, 0]] * 2  # 0 = first rejected, 3 = all
+    for r, keep in enumerate(patterns):
+        drafts = torch.randint(3, VOCAB, (2, 3), generator=g)
+        if r % 2 == 0:  # a chain round over [last, d1..d3], rows keep [last] + their first keep[b] drafts
+            out = runner.forward(torch.cat([last[:, None], drafts], 1))
+            runner.keep_recent(4, [k + 1 for k in keep])
+            logit_rows = [out.logits[b, k] for b, k in enumerate(keep)]
+        else:  # a tree round: two chains of depth 3 under the root; rows keep a prefix of the second chain
+            tree = DraftTree(torch.cat([drafts.flip(1), drafts], 1), torch.tensor([[-1, 0, 1, -1, 3, 4]] * 2),
+                             torch.tensor([[1, 2, 3, 1, 2, 3]] * 2), 3)
+            out = runner.forward_tree(last, tree)
+            path = torch.tensor([[3, 4, 5]] * 2)
+            runner.keep_path(torch.where(torch.arange(3)[None] < torch.tensor(keep)[:, None], path, -1), keep)
+            logit_rows = [out.logits[b, 0 if k == 0 else 3 + k] for b, k in enumerate(keep)]  # row of node 3+k-1
+        nxt = torch.stack([row.argmax() for row in logit_rows])  # the committed correction token
+        for b, k in enumerate(keep):
+            seqs[b] += [int(last[b])] + drafts[b, :k].tolist()
+        last = nxt
+        got = runner.forward(last[:, None]).logits[:, -1]  # feeds y: the next round then starts from a fresh token
+        for b in range(2):
+            seqs[b].append(int(last[b]))
+            worst = max(worst, float((got[b] - _fresh_next_logits(model, seqs[b])).abs().max()))
+        last = got.argmax(-1)
+    assert min(len(s) for s in seqs) > 3 * WINDOW
+    return worst
+
+
+@pytest.mark.parametrize("family", SLIDING_FAMILIES + ("llama", "phi3"))
+def test_rollback_equals_a_recompute_past_the_window(family):
+    assert _drive_rounds(tiny_family(family, seed=1)) < TOL["atol"]
+
+
+def test_negative_controls_slot_positions_or_no_window_diverge(monkeypatch):
+    model = tiny_family("gemma3", seed=1)
+    no_window = dataclasses.replace(RaggedCacheLM(model).layout, window=10 ** 6)
+    assert _drive_rounds(model, layout=no_window) > 1e-2  # full masks on sliding layers see too far
+    by_slot = lambda valid: torch.arange(valid.shape[1]).expand_as(valid)  # noqa: E731
+    monkeypatch.setattr(cache_module, "slot_positions", by_slot)
+    monkeypatch.setattr(tree_target_module, "slot_positions", by_slot)
+    assert _drive_rounds(model) > 1e-2  # the window by cache slot instead of position: wrong once there are holes
+
+
+def test_attention_that_cannot_take_a_4d_mask_is_refused_by_name():
+    for family in ("gemma3", "mistral"):
+        model = tiny_family(family)
+        model.config._attn_implementation_internal = "flash_attention_2"
+        assert model.config._attn_implementation == "flash_attention_2"
+        x = torch.tensor([[5, 6, 7]])
+        with pytest.raises(ValueError, match="flash_attention_2"):
+            speculative_generate(model, OracleChainDrafter([[0] * 8]), x, gamma=3, sampling=GREEDY, max_new_tokens=4)
+        with pytest.raises(ValueError, match="flash_attention_2"):
+            TreeCacheLM(model)
+    llama = tiny_family("llama")
+    llama.config._attn_implementation_internal = "flash_attention_2"
+    with pytest.raises(ValueError, match="flash_attention_2.*tree verification"):
+        TreeCacheLM(llama)
+    sinks = tiny_family("gpt-oss")  # transformers refuses sdpa at load; a config switched later is refused here
+    sinks.config._attn_implementation_internal = "sdpa"
+    with pytest.raises(ValueError, match="'sdpa' is not supported by GptOssForCausalLM"):
+        RaggedCacheLM(sinks)
