@@ -1,7 +1,8 @@
 """Dependencies point one way: every module's imports, parsed with ``ast``, respect the layers.
 
 The rule table is :data:`LAYERS` below (the README's architecture section shows the same table): each
-package and the eaglehead packages it may import. ``builtin`` is the bottom; the library (``draftheads``,
+package and the eaglehead packages it may import. ``builtin`` is the bottom, ``engines`` (servers as child
+processes) sits on it alone; the library (``draftheads``,
 ``decode``, ``train``, ``eval``) sits on it; ``datagen``, ``pretrain``, ``diagnostics`` and ``demos`` are
 applications of the library; the top package (``cli/``: the command line only) may import anything, and
 nothing imports it.
@@ -17,17 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 # package -> (its directory, the eaglehead packages it may import besides itself)
 LAYERS = {
     "builtin": ("builtin", set()),
+    # serving engines as child processes: standard library and builtin only, used by eval and datagen
+    "engines": ("engines", {"builtin"}),
     "draftheads": ("draftheads", {"builtin"}),
     "decode": ("decode", {"draftheads", "builtin"}),
     "train": ("train", {"draftheads", "builtin"}),
-    "eval": ("eval", {"decode", "draftheads", "builtin"}),
-    "datagen": ("datagen", {"decode", "builtin"}),
+    "eval": ("eval", {"engines", "decode", "draftheads", "builtin"}),
+    "datagen": ("datagen", {"engines", "decode", "builtin"}),
     "pretrain": ("pretrain", {"train", "builtin"}),
-    "diagnostics": ("diagnostics", {"eval", "decode", "train", "draftheads", "builtin"}),
-    "demos": ("demos", {"diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads", "builtin",
-                        "configs"}),
-    "": ("cli", {"demos", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads", "builtin",
-                 "configs"}),
+    "diagnostics": ("diagnostics", {"engines", "eval", "decode", "train", "draftheads", "builtin"}),
+    "demos": ("demos", {"engines", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads",
+                        "builtin", "configs"}),
+    "": ("cli", {"engines", "demos", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads",
+                 "builtin", "configs"}),
 }
 SUBPACKAGES = {name for name in LAYERS if name} | {"configs"}
 
@@ -105,6 +108,8 @@ FORBIDDEN = {
     "from eaglehead.decode import SamplingConfig": ("pretrain", "decode"),
     "from eaglehead.decode import speculative_generate": ("train", "decode"),
     "from eaglehead.draftheads import Eagle3Head": ("builtin", "draftheads"),
+    "from eaglehead.decode import speculative_generate as g": ("engines", "decode"),
+    "from eaglehead.engines import VllmServer": ("builtin", "engines"),
 }
 
 

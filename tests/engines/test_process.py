@@ -1,0 +1,67 @@
+"""The child-server lifecycle every engine uses: healthy, died (with its log tail), timed out, always stopped."""
+
+import os
+import sys
+import time
+
+import pytest
+
+from eaglehead.engines import EngineDied, EngineTimeout, ServerProcess, free_port
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0): it is dead for our purpose
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_a_server_that_answers_is_healthy_and_is_stopped(tmp_path):
+    port = free_port()
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)]
+    with ServerProcess(argv, health_url=f"http://127.0.0.1:{port}/", log=tmp_path / "log", name="http") as proc:
+        assert proc.wait_healthy(timeout_s=30) >= 0
+        pid = proc.proc.pid
+    assert proc.proc.poll() is not None and not _alive(pid)
+
+
+def test_a_server_that_dies_is_named_with_its_log_tail(tmp_path):
+    argv = [sys.executable, "-c", "import sys; print('cannot load the head: bad config'); sys.exit(3)"]
+    proc = ServerProcess(argv, health_url=f"http://127.0.0.1:{free_port()}/", log=tmp_path / "log", name="engine")
+    with pytest.raises(EngineDied) as err:
+        proc.wait_healthy(timeout_s=30)
+    assert "exited with code 3" in str(err.value) and "cannot load the head: bad config" in str(err.value)
+
+
+def test_a_server_that_never_answers_times_out_and_its_process_group_is_killed(tmp_path):
+    # the child forks a grandchild (as vLLM forks its engine core): stop() must take both
+    pidfile = tmp_path / "grandchild"
+    code = ("import subprocess, sys, time; "
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    proc = ServerProcess([sys.executable, "-c", code], health_url=f"http://127.0.0.1:{free_port()}/",
+                         log=tmp_path / "log", name="engine")
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline, "the child never started its grandchild"
+        time.sleep(0.1)
+    with pytest.raises(EngineTimeout, match="was not healthy after 1 s"):
+        proc.wait_healthy(timeout_s=1, poll_s=0.2)
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.proc.poll() is not None and not _alive(grandchild)
+
+
+def test_stop_leaves_no_process_of_the_group(tmp_path):
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); " \
+           "time.sleep(300)"
+    proc = ServerProcess([sys.executable, "-c", code], health_url="", log=tmp_path / "log", name="engine")
+    time.sleep(1.0)
+    proc.stop()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.proc.pid, 0)
