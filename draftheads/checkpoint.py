@@ -19,7 +19,11 @@ A ``.gguf`` file (llama.cpp's EAGLE-3 head, :mod:`.gguf_head`) is loaded by ``lo
 Layer ids: vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (first) in ``output_hidden_states``
 indexing, ours. SGLang reads only ``eagle_config.eagle_aux_hidden_state_layer_ids`` and adds one to each id
 (``set_eagle3_layers_to_capture``), so the export writes our ids minus one there: both engines then tap the
-states the head was trained on. ``load_head`` reads them back the same way.
+states the head was trained on. ``load_head`` reads them back the same way. Since SGLang PR #25454 its DeepSeek-V2
+family adds one only when the first id is 1: with our first id 2 (``[2, L//2, L-3]``, every target of 7 layers or
+more) the list written here starts at 1 and reads the same under both rules; any other first id cannot be written
+so that both read it alike, and the provenance block says which rule it was written for
+(``"sglang_layer_ids": "plus-one"``).
 
 Usage::
 
@@ -302,6 +306,9 @@ def _llama_layer_dict(head: Eagle3Head) -> dict[str, Any]:
         "intermediate_size": cfg.intermediate_size, "num_attention_heads": cfg.num_attention_heads,
         "num_key_value_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "hidden_act": cfg.hidden_act,
         "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta, "rope_scaling": cfg.rope_scaling,
+        # transformers 5 (and vLLM's get_rope, which reads config.rope_parameters) take the whole RoPE from this
+        # one dict; rope_theta/rope_scaling above stay for SGLang and transformers 4 readers. Same values.
+        "rope_parameters": {"rope_type": "default", **(cfg.rope_scaling or {}), "rope_theta": cfg.rope_theta},
         "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.target_vocab_size,
         "attention_bias": False, "mlp_bias": False,
         "tie_word_embeddings": False,  # SGLang would otherwise use embed_tokens as lm_head
@@ -340,6 +347,8 @@ def _check_exportable(head: Eagle3Head) -> None:
 def _provenance(head: Eagle3Head) -> dict[str, Any]:
     cfg = head.config
     return {"head_type": head.head_type, "fused_layer_ids": list(cfg.fused_layer_ids),
+            # both SGLang rules (always +1; +1 only when the first id is 1) read ids-1 alike iff the first id is 2
+            "sglang_layer_ids": "either" if cfg.fused_layer_ids[0] == 2 else "plus-one",
             "target_num_hidden_layers": cfg.target_num_hidden_layers, "target_name_or_path": cfg.target_name_or_path}
 
 

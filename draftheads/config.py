@@ -23,11 +23,19 @@ from typing import Any
 from .taps import default_layer_ids
 from .vocab import DEFAULT_DRAFT_VOCAB_SIZE, resolve_draft_vocab_size
 
-# RoPE variants the draft layer implements (see eagle3.rope_inv_freq); others are refused.
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+# RoPE variants the draft layer implements (eagle3.rope_frequencies, through transformers' ROPE_INIT_FUNCTIONS, as
+# vLLM's get_rope and SGLang build them from the export); others are refused. Required keys, then optional ones:
+# a key outside both is refused by name (a misspelt beta_fast would otherwise silently mean the default).
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 _ROPE_REQUIRED = {
     "linear": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings"),
+    "dynamic": ("factor",),
+}
+_ROPE_OPTIONAL = {
+    "linear": (), "llama3": (), "dynamic": (),
+    "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
 }
 
 
@@ -150,8 +158,10 @@ class Eagle3Config:
         ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``) and GPT-NeoX attribute names; ``hf_config``
         may also be a plain dict. Defaults: ``draft_vocab_size = min(DEFAULT_DRAFT_VOCAB_SIZE, vocab)``, ``fused_layer_ids =
         default_layer_ids(L)``. A target RoPE this head cannot reproduce (e.g. yarn) raises unless
-        ``rope_scaling`` is overridden. GPT-NeoX's partial rotary is not copied: the draft layer rotates the
-        full head. ``overrides`` replace any field (unknown names raise).
+        ``rope_scaling`` is overridden. A partial rotary (Phi-3 style ``partial_rotary_factor``, GPT-NeoX
+        ``rotary_pct``) is not copied: the draft layer is a Llama layer that rotates its full head, and the export
+        writes no ``partial_rotary_factor``, so vLLM's and SGLang's Llama layer rotate the full head too.
+        ``overrides`` replace any field (unknown names raise).
         """
         t = target_dims(hf_config)
         derived: dict[str, Any] = {
@@ -238,6 +248,15 @@ def _normalise_rope_scaling(scaling: dict[str, Any] | None) -> dict[str, Any] | 
     missing = [k for k in _ROPE_REQUIRED[rope_type] if k not in out]
     if missing:
         raise ValueError(f"rope_scaling: {rope_type} scaling needs {missing}, got keys {sorted(out)}")
+    known = {"rope_type", *_ROPE_REQUIRED[rope_type], *_ROPE_OPTIONAL[rope_type]}
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise ValueError(f"rope_scaling: unknown key(s) {unknown} for {rope_type} scaling (known: {sorted(known)})")
+    if "truncate" in out and not isinstance(out["truncate"], bool):
+        raise ValueError(f"rope_scaling['truncate'] must be a bool, got {out['truncate']!r}")
+    for k in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
+        if out.get(k) is not None:
+            _positive_number(f"rope_scaling[{k!r}]", out[k])
     for k in _ROPE_REQUIRED[rope_type]:
         _positive_number(f"rope_scaling[{k!r}]", out[k])
     if rope_type == "llama3" and out["low_freq_factor"] >= out["high_freq_factor"]:

@@ -43,41 +43,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import Eagle3Config
+from .rope import apply_rope, rope_cos_sin, rope_frequencies, rope_inv_freq  # noqa: F401 (re-exported)
 from .vocab import check_vocab_mapping
-
-
-def rope_inv_freq(head_dim: int, rope_theta: float, rope_scaling: dict | None = None, device=None) -> torch.Tensor:
-    """Inverse frequencies ``[head_dim // 2]`` (float32) as transformers computes them (default/linear/llama3)."""
-    inv = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
-    kind = (rope_scaling or {}).get("rope_type", "default")
-    if kind == "linear":
-        return inv / rope_scaling["factor"]
-    if kind == "llama3":
-        factor, low, high = rope_scaling["factor"], rope_scaling["low_freq_factor"], rope_scaling["high_freq_factor"]
-        old_len = rope_scaling["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv
-        scaled = torch.where(wavelen > old_len / low, inv / factor, inv)
-        smooth = (old_len / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
-        return torch.where(medium, smoothed, scaled)
-    return inv
-
-
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin`` of shape ``[B, T, head_dim]`` for integer ``positions [B, T]`` (computed in float32)."""
-    freqs = positions.float()[..., None] * inv_freq  # [B, T, d/2]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x [B, heads, T, d]`` (rotate-half layout, as Llama)."""
-    cos, sin = cos[:, None], sin[:, None]
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 def positions_from_mask(valid: torch.Tensor) -> torch.Tensor:
@@ -328,7 +295,7 @@ class Eagle3Head(nn.Module):
         t2d[: config.draft_vocab_size] = True
         self.register_buffer("t2d", t2d)
         self.__dict__["_embedding"] = None  # plain attribute: never a submodule, never in state_dict
-        self._rope_tables: dict = {}  # (device, dtype) -> (inv_freq, cos [P, d], sin [P, d]); derived, not state
+        self._rope_tables: dict = {}  # (device, dtype) -> (inv_freq, scaling, cos [P, d], sin [P, d]); derived, not state
 
     @classmethod
     def config_from_target(cls, hf_config, **overrides) -> Eagle3Config:
@@ -352,8 +319,11 @@ class Eagle3Head(nn.Module):
         if self._embedding is None:
             raise ValueError("embed: no embedding bound; call bind_embedding(target.get_input_embeddings()) "
                              "or pass embeddings")
+        # The table's rows, never the module's forward: vLLM and SGLang share the target's embedding *weight*
+        # with the draft model and look it up plainly, so a scaled embedding (Gemma's ``embed * sqrt(H)``,
+        # applied in its module's forward) must not reach the head here either, in training or drafting.
         with torch.no_grad():
-            return self._embedding(input_ids).to(self.dtype)
+            return F.embedding(input_ids, self._embedding.weight).to(self.dtype)
 
     # ---- pieces ----
     def project(self, fused_features: torch.Tensor) -> torch.Tensor:
@@ -374,16 +344,19 @@ class Eagle3Head(nn.Module):
         entry = self._rope_tables.get(key)
         if entry is None:
             cfg = self.config
-            entry = (rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, device=positions.device), None, None)
+            inv, scaling = rope_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+                                            max_position_embeddings=cfg.max_position_embeddings,
+                                            device=positions.device)
+            entry = (inv, scaling, None, None)
             self._rope_tables[key] = entry
-        inv, cos, sin = entry
+        inv, scaling, cos, sin = entry
         if position_bound is None:
-            return rope_cos_sin(positions, inv, self.dtype)
+            return rope_cos_sin(positions, inv, self.dtype, scaling)
         if cos is None or cos.shape[0] < position_bound:
             size = max(256, 1 << (position_bound - 1).bit_length())
-            cos, sin = rope_cos_sin(torch.arange(size, device=positions.device)[None], inv, self.dtype)
+            cos, sin = rope_cos_sin(torch.arange(size, device=positions.device)[None], inv, self.dtype, scaling)
             cos, sin = cos[0], sin[0]
-            self._rope_tables[key] = (inv, cos, sin)
+            self._rope_tables[key] = (inv, scaling, cos, sin)
         return cos[positions], sin[positions]
 
     def qkv(self, emb: torch.Tensor, h: torch.Tensor, positions: torch.Tensor, position_bound: int | None = None):

@@ -56,8 +56,10 @@ DTYPES = ("float16", "float32", "bfloat16")
 HOOKED_ARCHITECTURES = ("llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "gemma4", "gpt-oss",
                         "lfm2", "minimax-01", "minimax-m2", "deepseek4", "bailingmoe3", "nemotron_h", "muse-glimmer")
 # Hugging Face architectures whose llama.cpp conversion is one of the hooked architectures.
-HF_TO_GGUF_ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3",
-                   "Qwen3MoeForCausalLM": "qwen3moe", "GptOssForCausalLM": "gpt-oss"}
+# Mixtral converts to the llama architecture. Gemma 2/3, Qwen2, Phi-3, OLMo 2 and Granite convert to
+# architectures whose graph records no layer inputs: refused by name (see _target_facts).
+HF_TO_GGUF_ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "MixtralForCausalLM": "llama",
+                   "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe", "GptOssForCausalLM": "gpt-oss"}
 # Our parameter names -> llama.cpp's tensor names.
 TENSOR_NAMES = {
     "fc.weight": "fc.weight", "lm_head.weight": "output.weight", "norm.weight": "output_norm.weight",
@@ -126,6 +128,10 @@ def _check_head(head: Eagle3Head) -> None:
         raise GGUFExportError("norm_output: an EAGLE 3.1 head feeds its final-normed hidden to the next draft step; "
                               "llama.cpp's EAGLE-3 drafter always feeds the pre-norm one (eagle3_prenorm); export it "
                               "with export_eagle3 or export_speculators for vLLM or SGLang")
+    if (cfg.rope_scaling or {}).get("rope_type") == "yarn":
+        raise GGUFExportError("rope_scaling: rope_type 'yarn' is not written to GGUF (llama.cpp's YaRN keys and "
+                              "attention factor are not proven against this head here); export it with export_eagle3 "
+                              "or export_speculators for vLLM or SGLang")
     if head.fc.weight.is_meta:
         raise GGUFExportError("head: its weights are on the meta device; materialise them first")
 
@@ -209,6 +215,7 @@ def _head_kv(head: Eagle3Head, facts: dict[str, Any], dtype: str, name: str | No
         f"{a}.rope.dimension_count": (cfg.head_dim, T.UINT32, None),
         "general.quantization_version": (2, T.UINT32, None),
     }
+    # dynamic NTK below max_position_embeddings is plain RoPE (eagle3.rope_frequencies), which llama.cpp computes.
     if (cfg.rope_scaling or {}).get("rope_type") == "linear":  # llama3 scaling travels as rope_freqs
         kv[f"{a}.rope.scaling.type"] = ("linear", T.STRING, None)
         kv[f"{a}.rope.scaling.factor"] = (float(cfg.rope_scaling["factor"]), T.FLOAT32, None)

@@ -39,6 +39,7 @@ from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.draftheads.vocab import DEFAULT_DRAFT_VOCAB_SIZE, build_draft_vocab, coverage, resolve_draft_vocab_size
 
 from .config import DataConfig, FeatureCacheConfig
+from .target_init import init_layer_from_target, init_output_from_target, target_output_weight  # noqa: F401
 from .rollout import RolloutOutput, count_loss_tokens, rollout
 
 
@@ -179,16 +180,17 @@ class RolloutModule(nn.Module):
     """
 
     def __init__(self, head: Eagle3Head, lm_head_weight: torch.Tensor, depth: int, decay: float, ckpt: bool,
-                 labels: str = "soft", deep_stride: int = 1):
+                 labels: str = "soft", deep_stride: int = 1, logit_softcap: float | None = None):
         super().__init__()
         self.head = head
         self.__dict__["lm_head_weight"] = lm_head_weight
         self.depth, self.decay, self.ckpt, self.labels, self.deep_stride = depth, decay, ckpt, labels, deep_stride
+        self.logit_softcap = logit_softcap
 
     def forward(self, batch: dict[str, torch.Tensor], accuracy: bool = True) -> RolloutOutput:
         return rollout(self.head, batch, self.lm_head_weight, depth=self.depth, decay=self.decay,
                        checkpoint_attention=self.ckpt, labels=self.labels, accuracy=accuracy,
-                       deep_stride=self.deep_stride)
+                       deep_stride=self.deep_stride, logit_softcap=self.logit_softcap)
 
 
 def head_vocab_size(head: HeadConfig, target_vocab: int) -> int:
@@ -233,67 +235,6 @@ def build_head(cfg: TrainConfig, target, token_counts: torch.Tensor | None) -> E
     if cfg.head.layer_init == "target":
         init_layer_from_target(head, target)
     return head
-
-
-def init_layer_from_target(head: Eagle3Head, target) -> None:
-    """Start ``head.midlayer`` as the target's last decoder layer and add an identity block for the top fused
-    feature to ``head.fc``.
-
-    The head's q/k/v read ``[norm(embedding); norm(feature)]`` (width 2H): both halves get half the target's
-    weights, so when the two halves are equal the projections are the target's. Both input norms take the
-    target layer's input-norm gain. Needs a Llama-style layer (``self_attn.{q,k,v,o}_proj``,
-    ``mlp.{gate,up,down}_proj``, two RMSNorms) of the head's sizes; anything else is a ValueError naming
-    ``head.layer_init``.
-    """
-    decoder = target.get_decoder() if hasattr(target, "get_decoder") else None
-    layers = getattr(decoder, "layers", None)
-    if not layers:
-        raise ValueError(f"head.layer_init=target: {type(target).__name__} has no decoder layers to copy "
-                         "(expected model.layers); use head.layer_init=random")
-    src, dst = layers[-1], head.midlayer
-    halved = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")  # read [emb; feature]
-    names = halved + ("self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-                      "input_layernorm.weight", "post_attention_layernorm.weight")
-    weights = dict(src.named_parameters())
-    for name in names:
-        w, shape = weights.get(name), dst.get_parameter(name).shape
-        want = (shape[0], shape[1] // 2) if name in halved else tuple(shape)
-        if w is None or tuple(w.shape) != want:
-            got = "missing" if w is None else f"shape {tuple(w.shape)}"
-            raise ValueError(f"head.layer_init=target: the target's last layer has {name} {got}, the head needs "
-                             f"{want} (a Llama-style layer of the head's sizes; head.intermediate_size must be "
-                             "the target's); use head.layer_init=random")
-    width = head.config.hidden_size
-    top = head.config.fused_layer_ids.index(max(head.config.fused_layer_ids))
-    with torch.no_grad():
-        for name in names:
-            param = dst.get_parameter(name)
-            w = weights[name].to(param)
-            param.copy_(torch.cat([0.5 * w, 0.5 * w], dim=1) if name in halved else w)
-        dst.hidden_norm.weight.copy_(weights["input_layernorm.weight"].to(dst.hidden_norm.weight))
-        block = head.fc.weight[:, top * width:(top + 1) * width]
-        block += torch.eye(width, dtype=block.dtype, device=block.device)
-
-
-def init_output_from_target(head: Eagle3Head, target) -> bool:
-    """Copy the target's output rows of the draft vocabulary into ``head.lm_head`` and, when the target's
-    final norm is a plain RMSNorm of the head's width, its gain into ``head.norm``.
-
-    Returns whether the norm was copied. Gemma-style norms (gain stored as ``weight - 1``) and LayerNorms
-    (with a bias) are left at the head's own initialisation: their gains mean something else.
-    """
-    w = target.get_output_embeddings().weight
-    with torch.no_grad():
-        head.lm_head.weight.copy_(w.index_select(0, head.target_ids.to(w.device)).to(head.lm_head.weight))
-        decoder = target.get_decoder() if hasattr(target, "get_decoder") else None
-        norm = getattr(decoder, "norm", None)
-        name = type(norm).__name__
-        gain = getattr(norm, "weight", None)
-        plain = name.endswith("RMSNorm") and "Gemma" not in name and getattr(norm, "bias", None) is None
-        if not plain or gain is None or gain.shape != head.norm.weight.shape:
-            return False
-        head.norm.weight.copy_(gain.to(head.norm.weight))
-    return True
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:

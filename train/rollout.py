@@ -169,7 +169,7 @@ def rollout_steps(head: Eagle3Head, input_ids: torch.Tensor, fused: torch.Tensor
 
 def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: torch.Tensor, *, depth: int = 7,
             decay: float = 0.8, checkpoint_attention: bool = True, labels: str = "soft",
-            accuracy: bool = True, deep_stride: int = 1) -> RolloutOutput:
+            accuracy: bool = True, deep_stride: int = 1, logit_softcap: float | None = None) -> RolloutOutput:
     """Run the ``depth``-step rollout on one batch and return per-step loss sums and accuracies.
 
     ``accuracy=False`` skips the top-1 agreement (``correct`` is all zeros) and with it the target's
@@ -184,7 +184,9 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
 
     ``batch``: ``input_ids, attention_mask, loss_mask [B, T]``, ``fused [B, T, k*H_t]``,
     ``final_hidden [B, T, H_t]`` (target features at every position; right or left padding).
-    ``lm_head_weight [V, H_t]`` is the target's output projection (frozen).
+    ``lm_head_weight [V, H_t]`` is the target's output projection (frozen). ``logit_softcap``: the target's final
+    soft-cap (Gemma 2's ``final_logit_softcapping``, ``c * tanh(z / c)``), applied to its logits before the labels
+    are taken; monotone, so the top token is unchanged.
     """
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
@@ -203,6 +205,8 @@ def rollout(head: Eagle3Head, batch: dict[str, torch.Tensor], lm_head_weight: to
     with torch.no_grad():
         # [B, T, Vd] logits within the draft vocabulary, [B, T] full-vocabulary top token (target ids)
         tgt_logits, tgt_top = target_outputs(batch["final_hidden"], lm_head_weight, head, want_top=accuracy)
+        if logit_softcap:
+            tgt_logits = logit_softcap * torch.tanh(tgt_logits / logit_softcap)
         if labels == "soft":
             tgt_p = torch.softmax(tgt_logits, dim=-1)  # restricted to the draft vocab and renormalised
         else:

@@ -32,6 +32,7 @@ from eaglehead.draftheads import checkpoint as ckpt_io
 from .data import build_dataset, collate_tokens, count_tokens
 from .features import FeatureDataset, OnlineFeatures, collate_features
 from .recipe import (
+    target_output_weight,
     CheckpointStore,
     RolloutModule,
     TrainConfig,
@@ -240,8 +241,9 @@ def _setup(cfg: TrainConfig) -> _Run:
         feature_key, online = dataset.source_of(layer_ids), None
     else:
         feature_key, online = "fused", OnlineFeatures(target, layer_ids)
-    model = RolloutModule(head, target.get_output_embeddings().weight, cfg.rollout.depth, cfg.rollout.decay,
-                          cfg.rollout.checkpoint_attention, cfg.rollout.labels, cfg.rollout.deep_stride)
+    model = RolloutModule(head, target_output_weight(target), cfg.rollout.depth, cfg.rollout.decay,
+                          cfg.rollout.checkpoint_attention, cfg.rollout.labels, cfg.rollout.deep_stride,
+                          getattr(target.config, "final_logit_softcapping", None))
     opt = cfg.optim
     optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(opt, s))

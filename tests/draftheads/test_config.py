@@ -65,11 +65,16 @@ def test_from_dict_target_config_and_overrides():
         Eagle3Config.from_target_config({"hidden_size": 32, "num_attention_heads": 4, "vocab_size": 100})
 
 
-def test_unsupported_rope_is_refused_unless_overridden():
+def test_yarn_is_copied_and_an_unsupported_rope_is_refused_unless_overridden():
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
     hf = LlamaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, vocab_size=100,
-                     rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
-    with pytest.raises(ValueError, match="rope_scaling.*yarn"):
-        Eagle3Config.from_target_config(hf)
+                     max_position_embeddings=256, rope_scaling=dict(yarn))
+    assert Eagle3Config.from_target_config(hf).rope_scaling == yarn
+    long = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+            "original_max_position_embeddings": 64}
+    with pytest.raises(ValueError, match="rope_scaling.*longrope"):
+        Eagle3Config.from_target_config({"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
+                                         "vocab_size": 100, "rope_scaling": long})
     assert Eagle3Config.from_target_config(hf, rope_scaling=None).rope_scaling is None
 
 
