@@ -46,6 +46,7 @@ from eaglehead.builtin.devices import dtype_name
 from eaglehead.builtin.jsonio import read_json
 
 from .config import Eagle3Config, target_dims
+from .dflash import DFlashConfig, DFlashHead
 from .eagle1 import Eagle1Head
 from .eagle3 import Eagle3Head
 from .gguf_head import GGUF_SUFFIX, load_gguf_head
@@ -223,6 +224,8 @@ def _from_gguf(path: Path, target_config, fused_layer_ids, target_name_or_path, 
 def _from_ours(raw: dict[str, Any], path: Path, map_location) -> Eagle3Head:
     cfg = dict(raw)
     head_type = cfg.pop("eaglehead_head_type", None)
+    if head_type == DFlashHead.head_type:
+        return _build(DFlashHead, DFlashConfig.from_dict(cfg), _read_state(path), path, map_location)
     if head_type not in HEAD_TYPES:
         raise ValueError(f"{path / CONFIG_FILE}: eaglehead_head_type must be one of {list(HEAD_TYPES)}, "
                          f"got {head_type!r}")
@@ -283,7 +286,7 @@ def _from_engine_layout(raw: dict[str, Any], layout: str, path: Path, target_con
 
 def check_compatible(head_config: Eagle3Config | Eagle3Head, target_hf_config: Any) -> None:
     """Raise ``ValueError`` (naming the field and both values) if the head cannot draft for this target."""
-    cfg = head_config.config if isinstance(head_config, Eagle3Head) else head_config
+    cfg = head_config.config if isinstance(head_config, (Eagle3Head, DFlashHead)) else head_config
     t = target_dims(target_hf_config)
     if t["hidden_size"] != cfg.target_hidden_size:
         raise ValueError(f"target_hidden_size: head expects {cfg.target_hidden_size}, target has {t['hidden_size']}")
@@ -396,7 +399,8 @@ def _build(cls: type[Eagle3Head], cfg: Eagle3Config, state: dict[str, torch.Tens
         elif not got.dtype.is_floating_point or got.dtype != main_dtype:
             raise ValueError(f"{source}: {key} has dtype {got.dtype}, "
                              f"expected the floating dtype of the other weights ({main_dtype})")
-    check_vocab_mapping(state["d2t"], state["t2d"], cfg.draft_vocab_size, cfg.target_vocab_size)
+    if "d2t" in expected:
+        check_vocab_mapping(state["d2t"], state["t2d"], cfg.draft_vocab_size, cfg.target_vocab_size)
     head.load_state_dict(state, strict=True, assign=True)
     return head.to(map_location)
 

@@ -123,7 +123,7 @@ class Eagle3Config:
                 "(output_hidden_states indexing)"
             )
         self.rope_theta = _positive_number("rope_theta", self.rope_theta)
-        self.rope_scaling = _normalise_rope_scaling(self.rope_scaling)
+        self.rope_scaling = normalise_rope_scaling(self.rope_scaling)
         self.rms_norm_eps = _positive_number("rms_norm_eps", self.rms_norm_eps)
         if self.hidden_act != "silu":
             raise ValueError(f"hidden_act: only 'silu' (SwiGLU, as in the engines' Llama MLP), got {self.hidden_act!r}")
@@ -228,7 +228,7 @@ def _target_rope(cfg: Any) -> tuple[float, dict[str, Any] | None]:
     return float(theta or 10000.0), (scaling or None)
 
 
-def _normalise_rope_scaling(scaling: dict[str, Any] | None) -> dict[str, Any] | None:
+def normalise_rope_scaling(scaling: dict[str, Any] | None) -> dict[str, Any] | None:
     if scaling is None:
         return None
     if not isinstance(scaling, dict):

@@ -178,6 +178,11 @@ class DraftKVCache:
         mask = ((j <= slots[..., None]) & self.valid[:, None, :span]) | (j == slots[..., None])
         return self.k[:, :, :span], self.v[:, :, :span], mask[:, None]
 
+    def contents(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(k, v, valid)`` up to the longest row; ``valid [B, span]`` is None while every slot is valid."""
+        span = self._span
+        return self.k[:, :, :span], self.v[:, :, :span], None if self._dense else self.valid[:, :span]
+
     def crop_to(self, lengths: torch.Tensor) -> None:
         """Keep the first ``lengths[b]`` slots of each row (a rollback; one host sync)."""
         lengths = torch.as_tensor(lengths, device=self.lengths.device)

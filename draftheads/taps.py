@@ -131,3 +131,17 @@ class FeatureTaps:
         finally:
             for h in handles:
                 h.remove()
+
+
+def logit_scale(target) -> float:
+    """What the target divides its ``lm_head`` output by (Granite's ``logits_scaling``; 1 for the others)."""
+    return float(getattr(target.config, "logits_scaling", None) or 1.0)
+
+
+def target_output_weight(target) -> torch.Tensor:
+    """The ``[V, H]`` weight whose product with the final-normed state is the target's logits: ``lm_head``'s, divided
+    by Granite's ``logits_scaling`` (a copy only then). A final soft-cap (Gemma 2's ``final_logit_softcapping``) is
+    not linear: the rollout applies it to this product (``RolloutModule(logit_softcap=...)``)."""
+    w = target.get_output_embeddings().weight
+    scale = logit_scale(target)
+    return w if scale == 1.0 else w / scale

@@ -39,8 +39,9 @@ from eaglehead.draftheads.eagle3 import Eagle3Head
 from eaglehead.draftheads.vocab import DEFAULT_DRAFT_VOCAB_SIZE, build_draft_vocab, coverage, resolve_draft_vocab_size
 
 from .config import DataConfig, FeatureCacheConfig
+from .dflash_recipe import DFlashSection
 from .target_init import init_layer_from_target, init_output_from_target, target_output_weight  # noqa: F401
-from .rollout import RolloutOutput, count_loss_tokens, rollout
+from .rollout import RolloutOutput, count_loss_tokens, deep_rows, rollout
 
 
 @dataclass
@@ -52,7 +53,7 @@ class ModelConfig:
 
 @dataclass
 class HeadConfig:
-    type: Literal["eagle3", "eagle1"] = "eagle3"
+    type: Literal["eagle3", "eagle1", "dflash"] = "eagle3"  # dflash: the block drafter (its dflash: section)
     fused_layer_ids: list[int] | None = None  # default [2, L//2, L-3] (eagle1: [L])
     draft_vocab_size: int = DEFAULT_DRAFT_VOCAB_SIZE  # capped at the target vocabulary
     # eagle1: "full" (EAGLE-1 as published: the whole target vocabulary) or "draft" (draft_vocab_size, as
@@ -145,6 +146,7 @@ class TrainConfig:
     features: FeatureCacheConfig = field(default_factory=FeatureCacheConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    dflash: DFlashSection = field(default_factory=DFlashSection)  # head.type: dflash only
     optim: OptimConfig = field(default_factory=OptimConfig)
     seed: int = 0
     log_every: int = 10
@@ -167,6 +169,11 @@ class TrainConfig:
             raise ValueError(f"accuracy_every={self.accuracy_every} must divide log_every={self.log_every}, so "
                              "every logged window holds measured steps")
 
+    @property
+    def loss_slots(self) -> int:
+        """Positions a step's loss is reported by: rollout steps (EAGLE) or block slots 1.. (DFlash)."""
+        return self.dflash.block_size - 1 if self.head.type == "dflash" else self.rollout.depth
+
     def measures_accuracy(self, done: int) -> bool:
         """Whether optimizer step number ``done`` (1-based) measures top-1 agreement."""
         return done % self.accuracy_every == 0 or done == self.optim.max_steps
@@ -186,6 +193,11 @@ class RolloutModule(nn.Module):
         self.__dict__["lm_head_weight"] = lm_head_weight
         self.depth, self.decay, self.ckpt, self.labels, self.deep_stride = depth, decay, ckpt, labels, deep_stride
         self.logit_softcap = logit_softcap
+
+    def loss_token_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Loss positions per rollout step ``[depth]`` of a token batch (before its features are computed)."""
+        return count_loss_tokens(batch["loss_mask"], batch["attention_mask"], self.depth,
+                                 deep_rows(batch["input_ids"], self.deep_stride))
 
     def forward(self, batch: dict[str, torch.Tensor], accuracy: bool = True) -> RolloutOutput:
         return rollout(self.head, batch, self.lm_head_weight, depth=self.depth, decay=self.decay,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from eaglehead.draftheads.eagle3 import Eagle3Head
+from eaglehead.draftheads.taps import logit_scale, target_output_weight  # noqa: F401 (re-exported)
 
 
 def init_layer_from_target(head: Eagle3Head, target) -> None:
@@ -66,7 +67,7 @@ def init_layer_from_target(head: Eagle3Head, target) -> None:
         block += torch.eye(width, dtype=block.dtype, device=block.device)
 
 
-def _norm_gain(norm) -> torch.Tensor | None:
+def norm_gain(norm) -> torch.Tensor | None:
     """The multiplicative gain of a target's RMSNorm as a plain (Llama) RMSNorm would hold it, or None when it has
     none: Gemma's norms compute ``x * (1 + w)`` (stored ``w``), so their gain is ``1 + w``; a LayerNorm (a bias)
     or any other kind is not an RMSNorm gain."""
@@ -74,20 +75,6 @@ def _norm_gain(norm) -> torch.Tensor | None:
     if not name.endswith("RMSNorm") or gain is None or getattr(norm, "bias", None) is not None:
         return None
     return 1.0 + gain.float() if "Gemma" in name else gain
-
-
-def _logit_scale(target) -> float:
-    """What the target divides its ``lm_head`` output by (Granite's ``logits_scaling``; 1 for the others)."""
-    return float(getattr(target.config, "logits_scaling", None) or 1.0)
-
-
-def target_output_weight(target) -> torch.Tensor:
-    """The ``[V, H]`` weight whose product with the final-normed state is the target's logits: ``lm_head``'s, divided
-    by Granite's ``logits_scaling`` (a copy only then). A final soft-cap (Gemma 2's ``final_logit_softcapping``) is
-    not linear: the rollout applies it to this product (``RolloutModule(logit_softcap=...)``)."""
-    w = target.get_output_embeddings().weight
-    scale = _logit_scale(target)
-    return w if scale == 1.0 else w / scale
 
 
 def init_output_from_target(head: Eagle3Head, target) -> bool:
@@ -100,11 +87,11 @@ def init_output_from_target(head: Eagle3Head, target) -> bool:
     """
     w = target.get_output_embeddings().weight
     with torch.no_grad():
-        rows = w.index_select(0, head.target_ids.to(w.device)).float() / _logit_scale(target)
+        rows = w.index_select(0, head.target_ids.to(w.device)).float() / logit_scale(target)
         head.lm_head.weight.copy_(rows.to(head.lm_head.weight))
         decoder = target.get_decoder() if hasattr(target, "get_decoder") else None
         norm = getattr(decoder, "norm", None)
-        gain = _norm_gain(norm) if norm is not None else None
+        gain = norm_gain(norm) if norm is not None else None
         if gain is None or gain.shape != head.norm.weight.shape:
             return False
         head.norm.weight.copy_(gain.to(head.norm.weight))

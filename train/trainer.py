@@ -45,7 +45,8 @@ from .recipe import (
     lr_factor,
     recipe_token_counts,
 )
-from .rollout import count_loss_tokens, deep_rows
+from .dflash_objective import DFlashModule
+from .dflash_recipe import build_dflash_head
 
 
 class MicroBatches:
@@ -186,7 +187,7 @@ def train(cfg: TrainConfig) -> dict:
     run torn down), so it is the last distributed work of its process.
     """
     run = _setup(cfg)
-    accelerator, opt, depth = run.accelerator, cfg.optim, cfg.rollout.depth
+    accelerator, opt, depth = run.accelerator, cfg.optim, cfg.loss_slots
     metrics_path = Path(cfg.output_dir) / "metrics.jsonl"
     bar = tqdm(total=opt.max_steps, initial=run.start, disable=not accelerator.is_main_process, desc="train",
                dynamic_ncols=True)
@@ -232,18 +233,12 @@ def _setup(cfg: TrainConfig) -> _Run:
     with _whole_target_under_zero3(accelerator):
         target, tok = load_recipe_target(cfg.model, accelerator.device)
     dataset, collate, counts = _data(cfg, accelerator, target, tok)
-    head = build_head(cfg, target, counts)
-    head.bind_embedding(target.get_input_embeddings())
-    if main:
-        print(describe_vocab(head, counts))
+    head, model = _objective(cfg, target, tok, counts, main)
     layer_ids = list(head.config.fused_layer_ids)
     if isinstance(dataset, FeatureDataset):
         feature_key, online = dataset.source_of(layer_ids), None
     else:
         feature_key, online = "fused", OnlineFeatures(target, layer_ids)
-    model = RolloutModule(head, target_output_weight(target), cfg.rollout.depth, cfg.rollout.decay,
-                          cfg.rollout.checkpoint_attention, cfg.rollout.labels, cfg.rollout.deep_stride,
-                          getattr(target.config, "final_logit_softcapping", None))
     opt = cfg.optim
     optimizer = torch.optim.AdamW(head.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(opt, s))
@@ -264,6 +259,23 @@ def _setup(cfg: TrainConfig) -> _Run:
     data = data_order(cfg, dataset, collate, accelerator.num_processes, accelerator.process_index)
     return _Run(accelerator, model, optimizer, scheduler, data, online, feature_key, store, start,
                 autocast=cfg.optim.uses_autocast(accelerator.device), answer_tokens=tokens, answer_tokens_since=since)
+
+
+def _objective(cfg: TrainConfig, target, tok, counts, main: bool):
+    """(head, the module whose forward is the loss): the EAGLE rollout, or DFlash's anchor blocks."""
+    softcap = getattr(target.config, "final_logit_softcapping", None)
+    if cfg.head.type == "dflash":
+        head = build_dflash_head(cfg, target, tok)
+        head.bind_target(target, target_output_weight(target))
+        d = cfg.dflash
+        return head, DFlashModule(head, target_output_weight(target), d.num_anchors, d.gamma, d.labels, cfg.seed,
+                                  softcap)
+    head = build_head(cfg, target, counts)
+    head.bind_embedding(target.get_input_embeddings())
+    if main:
+        print(describe_vocab(head, counts))
+    return head, RolloutModule(head, target_output_weight(target), cfg.rollout.depth, cfg.rollout.decay,
+                               cfg.rollout.checkpoint_attention, cfg.rollout.labels, cfg.rollout.deep_stride, softcap)
 
 
 def _resumed_counts(checkpoint: Path, main: bool) -> tuple[int, int, int]:
@@ -359,11 +371,10 @@ def _new_window(depth: int) -> dict:
 
 def _step(cfg: TrainConfig, run: _Run, step: int, window: dict) -> int:
     """One optimizer step (``grad_accum`` micro-batches); adds its sums to ``window``; returns the epoch."""
-    accelerator, model, opt, depth = run.accelerator, run.model, cfg.optim, cfg.rollout.depth
+    accelerator, model, opt = run.accelerator, run.model, cfg.optim
     micro = [run.data[step * opt.grad_accum + j] for j in range(opt.grad_accum)]
-    stride = cfg.rollout.deep_stride
-    counts_local = sum(count_loss_tokens(b["loss_mask"], b["attention_mask"], depth, deep_rows(b["input_ids"], stride))
-                       for b, _ in micro)
+    objective = accelerator.unwrap_model(model)
+    counts_local = sum(objective.loss_token_counts(b) for b, _ in micro)
     norms = accelerator.reduce(counts_local.to(accelerator.device).float(), reduction="sum")
     # accelerator.backward divides by grad_accum and DDP/DeepSpeed average over processes; the loss is
     # already normalised by global token counts, so scale those two factors back out.
@@ -411,7 +422,7 @@ def _log(accelerator, window, step, epoch, scheduler, path: Path, bar, cfg: Trai
     if accelerator.is_main_process:
         with path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
-        shown = {"loss": f"{rec['loss']:.3f}", **{f"acc_{i}": f"{rec[f'acc_{i}']:.2f}" for i in range(min(3, cfg.rollout.depth))},
+        shown = {"loss": f"{rec['loss']:.3f}", **{f"acc_{i}": f"{rec[f'acc_{i}']:.2f}" for i in range(min(3, cfg.loss_slots))},
                  "tok/s": f"{rec['tokens_per_s']:.0f}"}
         bar.set_postfix(shown)
     if cfg.report_to == "wandb":
@@ -425,7 +436,9 @@ def _finish(accelerator, model, cfg: TrainConfig, out_dir: Path, last: dict) -> 
     summary = {"step": last.get("step"), "metrics": last, "head": str(out_dir / "head")}
     if accelerator.is_main_process:
         ckpt_io.save_pretrained(head, out_dir / "head", overwrite=True)
-        if cfg.export:
+        if cfg.export and cfg.head.type == "dflash":
+            summary["export_skipped"] = "DFlash exports are written by eaglehead export (not at the end of training)"
+        elif cfg.export:
             try:
                 ckpt_io.export_eagle3(head, out_dir / "export_eagle3", overwrite=True)
                 summary["export_eagle3"] = str(out_dir / "export_eagle3")

@@ -397,14 +397,14 @@ def test_deep_stride_trains_and_normalises_by_its_own_rows(workspace, monkeypatc
 
     monkeypatch.setattr(recipe_mod, "rollout", spy)
     normalisers = []
-    real_count = trainer_mod.count_loss_tokens
+    real_count = recipe_mod.count_loss_tokens
 
     def count_spy(*args):
         got = real_count(*args)
         normalisers.append(got.clone())
         return got
 
-    monkeypatch.setattr(trainer_mod, "count_loss_tokens", count_spy)
+    monkeypatch.setattr(recipe_mod, "count_loss_tokens", count_spy)
     cfg = load_config(TrainConfig, write_config(workspace, "stride2", **{"rollout.deep_stride": 2,
                                                                           "optim.max_steps": 2, "save_every": 0}))
     train(cfg)
