@@ -187,6 +187,8 @@ def head_recipe_key(cfg, target_key: str) -> str:
     config.pop("output_dir", None)
     config.get("model", {}).pop("target", None)
     config.get("features", {}).pop("dir", None)
+    if config.get("head", {}).get("type") != "dflash":  # the block drafter's section trains nothing else
+        config.pop("dflash", None)
     return input_key({"config": config, "target": target_key})
 
 
