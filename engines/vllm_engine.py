@@ -71,6 +71,7 @@ class StreamedCompletion:
     tokens: list[int]
     arrivals_s: list[float]  # per token, seconds after the request was sent (a chunk's tokens share its time)
     finish_reason: str | None = None
+    started_s: float = 0.0  # time.perf_counter() when the request was sent (arrivals count from it)
 
     @property
     def ttft_s(self) -> float:
@@ -134,7 +135,7 @@ class VllmServer:
             argv += ["--speculative-config", json.dumps(speculative)]
         log = Path(log) if log else Path(os.environ.get("TMPDIR", "/tmp")) / f"eaglehead-vllm-{self.port}.log"
         self.process = ServerProcess(argv, health_url=f"{self.url}/health", log=log, env=cpu_env(threads),
-                                     name=f"vLLM server ({model}{' + ' + speculative['model'] if speculative else ''})")
+                                     name=f"vLLM server ({model}{' + ' + speculative.get('model', speculative['method']) if speculative else ''})")
         try:
             self.startup_s = self.process.wait_healthy(start_timeout_s)
         except EngineError as err:
@@ -142,13 +143,18 @@ class VllmServer:
             raise VllmLoadError(str(err)) from err
 
     def complete(self, prompt: list[int], max_tokens: int, *, temperature: float = 0.0, seed: int = 0,
-                 ignore_eos: bool = True, timeout_s: float = 300) -> StreamedCompletion:
-        """One streamed /v1/completions request on token ids; each chunk's token ids with its arrival time."""
+                 ignore_eos: bool = True, stop_token_ids: list[int] | None = None, top_k: int = 0,
+                 top_p: float = 1.0, timeout_s: float = 300) -> StreamedCompletion:
+        """One streamed /v1/completions request on token ids; each chunk's token ids with its arrival time.
+        ``stop_token_ids``: the request ends at (and includes) the first of them; ``top_k`` 0 and ``top_p`` 1
+        leave the softmax at ``temperature`` untouched (vLLM's own defaults)."""
         body = {"model": self.name, "prompt": list(prompt), "max_tokens": max_tokens, "temperature": temperature,
-                "seed": seed, "stream": True, "return_token_ids": True, "ignore_eos": ignore_eos}
+                "seed": seed, "stream": True, "return_token_ids": True, "ignore_eos": ignore_eos,
+                "top_k": int(top_k), "top_p": float(top_p), "stop_token_ids": list(stop_token_ids or [])}
         req = urllib.request.Request(f"{self.url}/v1/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
-        out, start = StreamedCompletion([], []), time.perf_counter()
+        start = time.perf_counter()
+        out = StreamedCompletion([], [], started_s=start)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 for raw in resp:

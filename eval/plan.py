@@ -29,21 +29,27 @@ from .journal import CALLS
 from .plan_options import (DEFAULT_TREE_DEPTH, DEFAULT_TREE_TOPK, LLAMACPP_DTYPES, check_llamacpp, check_tree_axis,
                            default_tree_tokens, head_dtype_ok, parse_int_list)
 from .prompts import MT_BENCH, Prompt, load_prompt_set, split_prompts
+from .vllm_methods import HEAD_FORMATS, VLLM_METHODS, check_vllm_plan
 
 TREE_METHODS = ("eagle3-tree", "eagle1-tree")  # our exact tree loop (decode.tree_generate)
 LLAMACPP_METHODS = ("llamacpp", "llamacpp-eagle3", "llamacpp-ngram")  # llama.cpp in process (eval/llamacpp_engine.py)
 METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted", *TREE_METHODS,
-           *LLAMACPP_METHODS)
+           *LLAMACPP_METHODS, *VLLM_METHODS)
+ENGINE_METHODS = (*LLAMACPP_METHODS, *VLLM_METHODS)  # answered by a server process, not by our loops
+ENGINE_OF = {**{m: "llama.cpp" for m in LLAMACPP_METHODS}, **{m: "vllm" for m in VLLM_METHODS}}
+ENGINE_PLAIN = {"llama.cpp": "llamacpp", "vllm": "vllm"}  # each engine's own exact decoding (identity reference)
 DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup", *TREE_METHODS)  # our loops with a drafter
-GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted", "llamacpp-eagle3", "llamacpp-ngram")
+ENGINE_DRAFTS = ("llamacpp-eagle3", "llamacpp-ngram", "vllm-eagle3", "vllm-ngram")  # n 0 = the plain server
+GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted", *ENGINE_DRAFTS)
 # The head checkpoint a method reads (tree and llama.cpp methods reuse the chain methods' heads).
 # llamacpp-eagle3 reads its own head when one is given (drafts["llamacpp-eagle3"], --llamacpp-draft: llama.cpp
 # cannot run an EAGLE 3.1 head), else eagle3's.
-HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3"}
+HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3", "vllm-eagle3": "eagle3"}
 PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "draft-lm": "--draft-lm", "eagle3-tree": "--draft",
-               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft (or --llamacpp-draft)"}
+               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft (or --llamacpp-draft)", "vllm-eagle3": "--draft"}
 DRAFT_KEYS = ("eagle3", "eagle1", "draft-lm", "llamacpp-eagle3")  # EvalPlan.drafts' keys
-BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper)
+BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper;
+# vLLM's methods take a batch as concurrent requests)
 AUTO_GAMMAS = tuple(range(1, 9))
 MAX_GAMMA = 16
 CPU_LINEAR = ("packed", "plain")  # EvalPlan.cpu_linear: see decode/packed_linear.py
@@ -94,7 +100,10 @@ class EvalPlan:
     tree_topk: int = DEFAULT_TREE_TOPK
     llamacpp_dtype: str = "as-is"  # as-is | float32 | float16: the target GGUF llama.cpp runs
     llamacpp_head_dtype: str = "float16"  # the exported EAGLE-3 head GGUF's matrices
-    threads: int | None = None  # llama.cpp threads; None: torch.get_num_threads()
+    threads: int | None = None  # llama.cpp and vLLM threads; None: torch.get_num_threads()
+    vllm_python: str | None = None  # vLLM's venv interpreter (eaglehead.engines.vllm_python's search when None)
+    vllm_head_format: str = "eagle3"  # the layout vllm-eagle3's head is exported in: eagle3 | speculators
+    vllm_enforce_eager: bool = True  # vLLM without its warm-up compilation (start-up ~30 s instead of ~95 s)
     report_to: Literal["none", "wandb"] = "none"  # wandb: the tables and figures also go to a wandb run
     wandb_project: str = "eaglehead"
     drafter_factories: dict[str, DrafterFactory] = field(default_factory=dict, repr=False, compare=False)
@@ -164,6 +173,8 @@ class EvalPlan:
             raise ValueError(f"--threads must be an integer >= 1, got {self.threads!r}")
         if any(m in LLAMACPP_METHODS for m in self.methods):
             check_llamacpp(self.target)
+        if any(m in VLLM_METHODS for m in self.methods):
+            check_vllm_plan(self)
 
     def _resolve_methods(self) -> list[str]:
         if self.methods is None:
@@ -178,20 +189,22 @@ class EvalPlan:
         names = ["vanilla"] + [m for m in dict.fromkeys(names) if m != "vanilla"]
         if any(m in LLAMACPP_METHODS for m in names) and "llamacpp" not in names:
             names.insert(1, "llamacpp")  # plain llama.cpp: the identity and speedup reference of its methods
+        if any(m in VLLM_METHODS for m in names) and "vllm" not in names:
+            names.insert(1, "vllm")  # plain vLLM, likewise
         for m in names:
             head = HEAD_OF.get(m, m)
-            # llama.cpp exports the head checkpoint itself: a Python drafter factory cannot stand in for it.
-            factory = m != "llamacpp-eagle3" and (m in self.drafter_factories or head in self.drafter_factories)
+            # an engine exports the head checkpoint itself: a Python drafter factory cannot stand in for it.
+            factory = m not in ENGINE_METHODS and (m in self.drafter_factories or head in self.drafter_factories)
             if m in PATH_OPTION and not factory and head not in self.drafts and m not in self.drafts:
                 raise ValueError(f"--methods {m} needs {PATH_OPTION[m]} PATH")
         return names
 
     def axis(self, method: str) -> tuple[int, ...]:
         """The candidates of a drafting method's tuned integer: draft length gamma for chains, the number of
-        verified tree nodes for trees, n_max for llama.cpp drafts (with 0 = no speculation under --gamma auto)."""
+        verified tree nodes for trees, the engines' draft length (with 0 = no speculation under --gamma auto)."""
         if method in TREE_METHODS:
             return tuple(self.tree_tokens)
-        if method in ("llamacpp-eagle3", "llamacpp-ngram") and self.gamma_mode == "auto":
+        if method in ENGINE_DRAFTS and self.gamma_mode == "auto":
             return (0, *self.gammas)
         return tuple(self.gammas)
 
@@ -292,7 +305,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--target", required=True, help="Hugging Face causal LM directory (with its tokenizer), a hub id, a .gguf "
       "file or a builtin: name (the llama.cpp methods need a .gguf or builtin:smollm2-135m-instruct)")
     a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format), 'humaneval' or 'mt-bench' (both turns)")
-    a("--draft", help="EAGLE-3 head directory (methods eagle3, eagle3-tree, llamacpp-eagle3)")
+    a("--draft", help="EAGLE-3 head directory (methods eagle3, eagle3-tree, llamacpp-eagle3, vllm-eagle3)")
     a("--llamacpp-draft", help="EAGLE-3 head directory for llamacpp-eagle3 when it is not --draft (llama.cpp "
       "cannot run an EAGLE 3.1 head: give a plain EAGLE-3 head of the same target here)")
     a("--eagle1", help="EAGLE-1 head directory (methods eagle1, eagle1-tree)")
@@ -312,7 +325,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
       "float16 GGUF written from it (float32 is the torch methods' model exactly)")
     a("--llamacpp-head-dtype", default="float16", help="llama.cpp methods: dtype of the EAGLE-3 head GGUF "
       "exported from --draft into --out (float16, float32, bfloat16)")
-    a("--threads", type=int, default=None, help="llama.cpp threads (default: torch.get_num_threads())")
+    a("--threads", type=int, default=None, help="llama.cpp and vLLM threads (default: torch.get_num_threads())")
+    a("--vllm-python", default=None, help="vLLM methods: the interpreter of vLLM's venv (default: "
+      "$EAGLEHEAD_VLLM_PYTHON, else .venv-vllm/bin/python, which make install builds)")
+    a("--vllm-head-format", default="eagle3", choices=HEAD_FORMATS, help="vllm-eagle3: the layout --draft is "
+      "exported in for vLLM (both load)")
+    a("--vllm-compile", action="store_true", help="vLLM methods: let vLLM compile its graphs at start-up (faster "
+      "decoding, ~95 s a server start on 2 cores instead of ~30 s eager)")
     a("--temperature", type=float, nargs="+", default=[0.0], help="one or more temperatures (0 = greedy)")
     a("--batch-sizes", default="1", help="comma-separated batch sizes, e.g. 1,4,8")
     a("--max-new-tokens", type=int, default=128)
@@ -347,6 +366,8 @@ def plan_from_args(args: argparse.Namespace,
                     repeats=args.repeats, tree_tokens=tree_tokens, tree_depth=args.tree_depth,
                     tree_topk=args.tree_topk, llamacpp_dtype=args.llamacpp_dtype,
                     llamacpp_head_dtype=args.llamacpp_head_dtype, threads=args.threads, report_to=args.report_to,
+                    vllm_python=args.vllm_python, vllm_head_format=args.vllm_head_format,
+                    vllm_enforce_eager=not args.vllm_compile,
                     wandb_project=args.wandb_project,
                     tune_fraction=args.tune_fraction, max_prompts=args.max_prompts, out=str(args.out),
                     overwrite=args.overwrite, resume=args.resume, seed=args.seed, device=args.device, dtype=args.dtype,

@@ -54,7 +54,7 @@ RUN_KEYS = (
     "method", *SERVING_STATE_KEYS, "gamma", *(k for k in METRIC_KEYS if k not in _LATER_KEYS), "speedup_vs_vanilla",
     "peak_mem_bytes"
 )
-ENGINE_BASELINE = {"llama.cpp": "llamacpp"}  # an engine's own non-speculative method: speedup_vs_engine
+ENGINE_BASELINE = {"llama.cpp": "llamacpp", "vllm": "vllm"}  # an engine's own non-speculative method: speedup_vs_engine
 _VERSION_PACKAGES = ("torch", "transformers", "accelerate", "eaglehead", "xllamacpp")
 
 

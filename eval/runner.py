@@ -5,7 +5,8 @@ Usage (the CLI parses its options into an :class:`~eaglehead.eval.plan.EvalPlan`
     eaglehead eval --target PATH --prompts SET [--draft EAGLE3_DIR] [--eagle1 DIR] [--draft-lm DIR]
                    [--gamma 4 | --gamma 1..8 | --gamma auto] [--temperature 0 1] [--batch-sizes 1,4,8]
                    [--methods vanilla,hf-generate,eagle3,eagle1,draft-lm,prompt-lookup,hf-assisted,
-                              eagle3-tree,eagle1-tree,llamacpp,llamacpp-eagle3,llamacpp-ngram]
+                              eagle3-tree,eagle1-tree,llamacpp,llamacpp-eagle3,llamacpp-ngram,
+                              vllm,vllm-eagle3,vllm-ngram]
                    [--tree-tokens 2,4,8,12,16] [--tree-depth 4] [--tree-topk 8]
                    [--llamacpp-dtype as-is|float32|float16] [--llamacpp-head-dtype float16] [--threads 2]
                    [--max-new-tokens 128] [--repeats 3] [--out runs/eval] [--overwrite] [--seed 0]
@@ -29,7 +30,8 @@ baselines (``hf_baselines.py``), scheduling and timing (``schedule.py``) and the
 (``DraftModelDrafter`` on ``--draft-lm``), ``prompt-lookup``, ``hf-assisted``, the exact tree loop
 ``eagle3-tree``/``eagle1-tree`` (``EagleTreeDrafter`` on the same heads; the tree size is tuned like
 gamma, ``plan_options.py``) and llama.cpp in process, ``llamacpp``/``llamacpp-eagle3``/``llamacpp-ngram``
-(``llamacpp_engine.py``; batch 1; a GGUF ``--target``; every record says its ``engine``). Metric
+(``llamacpp_engine.py``; batch 1; a GGUF ``--target``) and vLLM's server, ``vllm``/``vllm-eagle3``/``vllm-ngram``
+(``vllm_methods.py``; a batch as concurrent requests); every record says its ``engine``. Metric
 conventions: ``eval/metrics.py``.
 """
 
@@ -47,9 +49,11 @@ from .assembly import (engine_identity_notes, hardware, identity_summary, method
                        torch_identity_notes)
 from .gamma_select import choose_gamma, gamma_samples_from_metrics
 from .journal import Journal, path_digest, plan_fingerprint
-from .llamacpp_engine import ENGINE, LLAMACPP_ROUND_DETAIL, LLAMACPP_TIMING_NOTE, SAMPLING_NOTE, LlamaCppEngines
+from .llamacpp_engine import LLAMACPP_ROUND_DETAIL, LLAMACPP_TIMING_NOTE, SAMPLING_NOTE, LlamaCppEngines
 from .metrics import compute_metrics, itl_samples
-from .plan import DRAFTER_METHODS, HEAD_OF, LLAMACPP_METHODS, PATH_OPTION, TREE_METHODS, EvalPlan
+from .plan import (DRAFTER_METHODS, ENGINE_OF, ENGINE_PLAIN, HEAD_OF, LLAMACPP_METHODS, PATH_OPTION, TREE_METHODS,
+                   VLLM_METHODS, EvalPlan)
+from .vllm_methods import VLLM_ROUND_DETAIL, VLLM_TIMING_NOTE, VllmEngines
 from .prompts import expand_turns
 from .report import check_report_consistency, collect_versions, fill_speedups, write_report
 from .schedule import Item, Models
@@ -173,6 +177,8 @@ def _key_extra(plan: EvalPlan, models: Models, method: str, gamma: int | None) -
         extra.update(zip(("tree_depth", "tree_topk", "tree_tokens"), plan.tree_shape(gamma)))
     if method in LLAMACPP_METHODS:
         extra.update(timing_note=LLAMACPP_TIMING_NOTE, round_detail=LLAMACPP_ROUND_DETAIL)
+    if method in VLLM_METHODS:
+        extra.update(timing_note=VLLM_TIMING_NOTE, round_detail=VLLM_ROUND_DETAIL)
     return extra
 
 
@@ -190,8 +196,8 @@ def _run_state(plan: EvalPlan, models: Models, items: tuple[list[Item], list[Ite
     keys = [(m, None) for m in methods if m not in spec] + [(m, g) for m in spec for g in chosen[m]]
     result = schedule.run_state(models, test, keys, temp, bsz, bar, repeats=plan.repeats, journal=journal)
     for key in keys:
-        engine = ENGINE if key[0] in LLAMACPP_METHODS else "torch"
-        reference = "llamacpp" if engine == ENGINE else "vanilla"  # greedy identity within one engine
+        engine = ENGINE_OF.get(key[0], "torch")
+        reference = ENGINE_PLAIN.get(engine, "vanilla")  # greedy identity within one engine
         recs = method_records(key, result[key], result[("vanilla", None)], labels[0], temp == 0, state,
                               _key_extra(plan, models, *key), turn_of=labels[1], engine=engine,
                               reference=(reference, result[(reference, None)]))  # "all" first
@@ -230,6 +236,9 @@ def _state_notes(plan: EvalPlan) -> list[str]:
                      f"server); skipped at batch sizes {wide}")
     if llama and any(t > 0 for t in plan.temperatures):
         notes.append(SAMPLING_NOTE)
+    if any(m in VLLM_METHODS for m in plan.methods) and wide:
+        notes.append(f"vLLM methods at batch sizes {wide}: each batch is sent as that many concurrent requests "
+                     "(continuous batching); the torch methods run the same rows as one static batch")
     return notes
 
 
@@ -244,6 +253,9 @@ def run_eval(plan: EvalPlan) -> dict:
     if any(m in LLAMACPP_METHODS for m in plan.methods):
         longest = max(len(ids) for _, ids in tune + test)
         models.llamacpp = LlamaCppEngines.for_plan(plan, tok, models.eos, n_ctx=longest + plan.max_new_tokens)
+    if any(m in VLLM_METHODS for m in plan.methods):
+        longest = max(len(ids) for _, ids in tune + test)
+        models.vllm = VllmEngines.for_plan(plan, models.eos, max_model_len=longest + plan.max_new_tokens)
     out: dict[str, list] = {"runs": [], "sweeps": [], "gamma_selection": [], "itl_samples": []}
     notes = _state_notes(plan)
     from tqdm.auto import tqdm
@@ -256,8 +268,9 @@ def run_eval(plan: EvalPlan) -> dict:
                 _run_state(plan, models, (tune, test), labels, state, bar, journal, out)
     finally:
         bar.close()
-        if models.llamacpp is not None:
-            models.llamacpp.close()
+        for engines in (models.llamacpp, models.vllm):
+            if engines is not None:
+                engines.close()
     runs = out["runs"]
     fill_speedups(runs)
     measured_in = [launch for launch in journal.launches if launch.get("calls_measured")]  # replays measure none
@@ -268,6 +281,8 @@ def run_eval(plan: EvalPlan) -> dict:
     config = {**report_config(plan, tok, models.eos, models.pad_id, len(tune), len(test)), "launches": journal.launches}
     if models.llamacpp is not None:
         config["llamacpp"] = models.llamacpp.description
+    if models.vllm is not None:
+        config["vllm"] = models.vllm.description
     report = {"config": config, "versions": collect_versions(), "hardware": hardware(models.device), **out,
               "identity": identity_summary(runs), "notes": notes}
     report["consistency_violations"] = check_report_consistency(report)

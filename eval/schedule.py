@@ -24,7 +24,7 @@ from eaglehead.builtin.text import left_pad
 from eaglehead.decode import GenerationResult, SamplingConfig, speculative_generate, tree_generate, vanilla_generate
 
 from .hf_baselines import hf_generate
-from .plan import LLAMACPP_METHODS, TREE_METHODS, EvalPlan
+from .plan import LLAMACPP_METHODS, TREE_METHODS, VLLM_METHODS, EvalPlan
 from .prompts import Prompt
 
 WARMUP_TOKENS = 8
@@ -46,6 +46,7 @@ class Models:
     seed: int
     tree_shape: Callable[[int], tuple[int, int, int]] | None = None  # n -> (depth, topk, tokens): EvalPlan.tree_shape
     llamacpp: Any = None  # llamacpp_engine.LlamaCppEngines when a llama.cpp method runs
+    vllm: Any = None  # vllm_methods.VllmEngines when a vLLM method runs
 
 
 @dataclass
@@ -74,9 +75,11 @@ def make_batches(items: list[Item], batch_size: int) -> list[list[Item]]:
 def run_call(m: Models, method: str, gamma: int | None, ids, mask, sampling: SamplingConfig, max_new: int,
              seed: int) -> GenerationResult:
     """One generate call of ``method`` on a left-padded batch (``gamma``: the draft length; for a tree method
-    the number of verified nodes; for a llama.cpp method n_max, 0 = no speculation)."""
+    the number of verified nodes; for an engine's method its draft length, 0 = no speculation)."""
     if method in LLAMACPP_METHODS:
         return m.llamacpp.generate(method, gamma, ids, mask, sampling, max_new=max_new, seed=seed)
+    if method in VLLM_METHODS:
+        return m.vllm.generate(method, gamma, ids, mask, sampling, max_new=max_new, seed=seed)
     if method in ("hf-generate", "hf-assisted"):
         return hf_generate(m.target, m.draft_lm, ids, mask, sampling, gamma=gamma, max_new=max_new, seed=seed,
                            eos=m.eos, pad_id=m.pad_id, device=m.device)

@@ -76,7 +76,7 @@ TABLE_COLUMNS = [
 ]
 PREAMBLE = (
     "tau = committed tokens per target round including the correction/bonus token (trees: 1 + accepted "
-    "depth; llama.cpp: 1 + accepted / rounds that drafted, from the engine's counters); gamma = draft "
+    "depth; llama.cpp, vLLM: 1 + accepted / rounds that drafted, from the engine's counters); gamma = draft "
     "length (trees: verified draft nodes n; tree = depth d, topk k, n); verified/round = draft tokens the "
     "target verified per round (accept rate = accepted / verified); ms/token = "
     "total round time / total committed tokens (not a mean of ratios), the median over interleaved "
@@ -84,7 +84,7 @@ PREAMBLE = (
     "wall ms/token = wall time / output tokens (prefill included); speedup = ms/token of the state's "
     "fastest exact non-speculative baseline (vanilla or hf-generate, named per table) / the method's, "
     "with the min-max of the per-repeat paired ratios; vs vanilla = against our own vanilla loop; "
-    "vs engine plain = against the same engine without speculation (llama.cpp); ITL = per-token gaps "
+    "vs engine plain = against the same engine without speculation (llama.cpp, vLLM); ITL = per-token gaps "
     "(tokens delivered together count 0)."
 )
 

@@ -5,7 +5,8 @@ greedy paths): greedy outputs equal plain vLLM's and our loop's, and vLLM's toke
 rounds, from its speculative counters) equal our tau within ``TAU_TOLERANCE``. Two broken exports must leave that
 bound: the tapped layers off by one, and the EAGLE 3.1 head without its ``fc_norm`` / ``norm_output`` config keys
 (vLLM 0.32's ``llama_eagle3.py`` builds the per-layer fc norms and returns the post-norm hidden state only when
-they are set).
+they are set). The eval's ``vllm-ngram`` configuration runs here too; the speculators layout of the EAGLE 3.1 head
+runs through ``eaglehead eval`` in ``tests/eval/test_vllm_eval.py``.
 
 Cost: all six configurations run in one vLLM process, in sequence (``run_offline``: 16-18 s a start, eager, on 2
 cores; a server is 22-44 s a start), once per test session: ~155 s for vLLM and ~20 s for our loop (2026-12-05,
@@ -24,8 +25,9 @@ from safetensors.torch import load_file, save_file
 
 from eaglehead.builtin.models import resolve_target
 from eaglehead.decode.eagle import load_eagle_drafter
-from eaglehead.draftheads.checkpoint import export_eagle3, export_speculators, load_head
+from eaglehead.draftheads.checkpoint import export_eagle3, load_head
 from eaglehead.engines import INSTALL_COMMAND, VllmMissing, parse_spec_counters, run_offline, vllm_python
+from eaglehead.eval.vllm_methods import speculative_config
 from tests.builtin.llamacpp_support import (ASSETS, BUDGET, GAMMA, assert_no_near_tie, smollm2, smollm2_prompts,
                                             torch_loop, workdir)
 
@@ -65,14 +67,12 @@ def configurations() -> list[dict]:
     out = workdir() / "vllm"
     plain = export_eagle3(load_head(HEADS["plain"]), out / "plain-eagle3", overwrite=True)
     e31 = export_eagle3(load_head(HEADS["eagle31"]), out / "eagle31-eagle3", overwrite=True)
-    e31_spec = export_speculators(load_head(HEADS["eagle31"]), out / "eagle31-speculators", overwrite=True,
-                                  speculative_tokens=GAMMA)
     shifted = _edit_export(plain, out / "plain-layers-off-by-one", _shift_layers)
     no_norms = _edit_export(e31, out / "eagle31-no-norms", _drop_norm_keys, drop_weights="fc_norm")
     return [{"name": "vanilla", "speculative": None},
             {"name": "plain", "speculative": _spec(plain)},
             {"name": "eagle31", "speculative": _spec(e31)},
-            {"name": "eagle31-speculators", "speculative": _spec(e31_spec)},
+            {"name": "ngram", "speculative": speculative_config("vllm-ngram", GAMMA)},  # eval's vllm-ngram
             {"name": "layers_off_by_one", "speculative": _spec(shifted)},
             {"name": "eagle31_without_norms", "speculative": _spec(no_norms)}]
 
@@ -119,8 +119,7 @@ def test_spec_counters_parse_from_metrics_text():
     assert c.tokens_per_round == pytest.approx(1.8)
 
 
-@pytest.mark.parametrize("name, head", [("plain", "plain"), ("eagle31", "eagle31"),
-                                        ("eagle31-speculators", "eagle31")])
+@pytest.mark.parametrize("name, head", [("plain", "plain"), ("eagle31", "eagle31")])
 def test_shipped_head_matches_our_loop_in_vllm(vllm_runs, name, head):
     model, _ = smollm2()
     vanilla, run = vllm_runs["vanilla"], vllm_runs[name]
@@ -133,6 +132,14 @@ def test_shipped_head_matches_our_loop_in_vllm(vllm_runs, name, head):
     tau = run.counters.tokens_per_round
     assert tau > 1.3, f"the head barely drafts in vLLM (tokens per round {tau:.3f})"
     assert abs(tau - tau_ours) <= TAU_TOLERANCE, f"vLLM tokens per round {tau:.3f} vs our tau {tau_ours:.3f}"
+
+
+def test_ngram_lookup_of_the_eval_drafts_and_decodes_exactly(vllm_runs):
+    """``vllm-ngram``'s configuration (the eval's): vLLM's n-gram proposer drafts, accepts some, and the outputs
+    stay plain vLLM's."""
+    vanilla, run = vllm_runs["vanilla"], vllm_runs["ngram"]
+    assert run.outputs == vanilla.outputs
+    assert run.counters.drafts > 0 and run.counters.accepted > 0
 
 
 @pytest.mark.parametrize("name, head", [("layers_off_by_one", "plain"), ("eagle31_without_norms", "eagle31")])
