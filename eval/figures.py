@@ -38,7 +38,7 @@ DPI = 100
 METHOD_COLORS = {"vanilla": "#8c8c8c", "hf-generate": "#3b3b3b", "eagle3": "C0", "eagle1": "C1", "draft-lm": "C2",
                  "prompt-lookup": "C4", "hf-assisted": "C3", "eagle3-tree": "#0b2f6b", "eagle1-tree": "#a0522d",
                  "llamacpp": "#6b4226", "llamacpp-eagle3": "C6", "llamacpp-ngram": "C8",
-                 "vllm": "#2e7d32", "vllm-eagle3": "#00897b", "vllm-ngram": "#9e9d24"}
+                 "vllm": "#2e7d32", "vllm-eagle3": "#00897b", "vllm-ngram": "#9e9d24", "dflash": "C9"}
 
 
 def _color(method: str) -> str:

@@ -33,21 +33,22 @@ from .vllm_methods import HEAD_FORMATS, VLLM_METHODS, check_vllm_plan
 
 TREE_METHODS = ("eagle3-tree", "eagle1-tree")  # our exact tree loop (decode.tree_generate)
 LLAMACPP_METHODS = ("llamacpp", "llamacpp-eagle3", "llamacpp-ngram")  # llama.cpp in process (eval/llamacpp_engine.py)
-METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "draft-lm", "prompt-lookup", "hf-assisted", *TREE_METHODS,
-           *LLAMACPP_METHODS, *VLLM_METHODS)
+METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "dflash", "draft-lm", "prompt-lookup", "hf-assisted",
+           *TREE_METHODS, *LLAMACPP_METHODS, *VLLM_METHODS)
 ENGINE_METHODS = (*LLAMACPP_METHODS, *VLLM_METHODS)  # answered by a server process, not by our loops
 ENGINE_OF = {**{m: "llama.cpp" for m in LLAMACPP_METHODS}, **{m: "vllm" for m in VLLM_METHODS}}
 ENGINE_PLAIN = {"llama.cpp": "llamacpp", "vllm": "vllm"}  # each engine's own exact decoding (identity reference)
-DRAFTER_METHODS = ("eagle3", "eagle1", "draft-lm", "prompt-lookup", *TREE_METHODS)  # our loops with a drafter
+DRAFTER_METHODS = ("eagle3", "eagle1", "dflash", "draft-lm", "prompt-lookup", *TREE_METHODS)  # our loops with a drafter
 ENGINE_DRAFTS = ("llamacpp-eagle3", "llamacpp-ngram", "vllm-eagle3", "vllm-ngram")  # n 0 = the plain server
 GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted", *ENGINE_DRAFTS)
 # The head checkpoint a method reads (tree and llama.cpp methods reuse the chain methods' heads).
 # llamacpp-eagle3 reads its own head when one is given (drafts["llamacpp-eagle3"], --llamacpp-draft: llama.cpp
 # cannot run an EAGLE 3.1 head), else eagle3's.
 HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3", "vllm-eagle3": "eagle3"}
-PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "draft-lm": "--draft-lm", "eagle3-tree": "--draft",
+PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "dflash": "--dflash", "draft-lm": "--draft-lm",
+               "eagle3-tree": "--draft",
                "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft (or --llamacpp-draft)", "vllm-eagle3": "--draft"}
-DRAFT_KEYS = ("eagle3", "eagle1", "draft-lm", "llamacpp-eagle3")  # EvalPlan.drafts' keys
+DRAFT_KEYS = ("eagle3", "eagle1", "dflash", "draft-lm", "llamacpp-eagle3")  # EvalPlan.drafts' keys
 BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper;
 # vLLM's methods take a batch as concurrent requests)
 AUTO_GAMMAS = tuple(range(1, 9))
@@ -63,7 +64,7 @@ GammaMode = Literal["fixed", "sweep", "auto"]
 class EvalPlan:
     """One evaluation: the target, its drafters, the prompt set, the methods and every serving state.
 
-    ``drafts`` maps a method (``eagle3``, ``eagle1``, ``draft-lm``; ``llamacpp-eagle3`` when llama.cpp runs
+    ``drafts`` maps a method (``eagle3``, ``eagle1``, ``dflash``, ``draft-lm``; ``llamacpp-eagle3`` when llama.cpp runs
     another EAGLE-3 head than ``eagle3``'s) to its checkpoint path;
     ``drafter_factories`` maps a drafter method to a ``target -> Drafter`` callable that replaces the
     built-in loader (tests, custom drafters). ``methods=None`` means vanilla, hf-generate,
@@ -309,6 +310,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a("--llamacpp-draft", help="EAGLE-3 head directory for llamacpp-eagle3 when it is not --draft (llama.cpp "
       "cannot run an EAGLE 3.1 head: give a plain EAGLE-3 head of the same target here)")
     a("--eagle1", help="EAGLE-1 head directory (methods eagle1, eagle1-tree)")
+    a("--dflash", help="DFlash block drafter directory (method dflash: one drafter call drafts the round; "
+      "gamma at most its block size - 1)")
     a("--draft-lm", help="small causal LM sharing the target's vocabulary (methods draft-lm, hf-assisted)")
     a("--methods", default=None, help=f"comma-separated subset of {','.join(METHODS)}; default: vanilla, "
       "hf-generate, prompt-lookup and every method whose path is given")
@@ -357,7 +360,7 @@ def plan_from_args(args: argparse.Namespace,
     """The plan of parsed ``eaglehead eval`` options (see :func:`add_eval_arguments`), validated."""
     mode, gammas = parse_gamma(args.gamma)
     methods = None if args.methods is None else [m.strip() for m in str(args.methods).split(",") if m.strip()]
-    drafts = {"eagle3": args.draft, "eagle1": args.eagle1, "draft-lm": args.draft_lm,
+    drafts = {"eagle3": args.draft, "eagle1": args.eagle1, "dflash": args.dflash, "draft-lm": args.draft_lm,
               "llamacpp-eagle3": args.llamacpp_draft}
     tree_tokens = None if args.tree_tokens is None else tuple(parse_int_list(args.tree_tokens, "--tree-tokens"))
     return EvalPlan(target=args.target, prompts=args.prompts, drafts={m: p for m, p in drafts.items() if p},

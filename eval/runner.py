@@ -82,11 +82,28 @@ def _drafters(plan: EvalPlan, target, draft_lm, device: torch.device) -> dict:
             from eaglehead.decode.eagle import load_eagle_drafter  # lazily: optional at import time
 
             drafters[m] = load_eagle_drafter(plan.drafts[m], target, device=device, dtype=dtype)
+        elif m == "dflash":
+            drafters[m] = _dflash_drafter(plan, target, device)
         elif m == "draft-lm":
             drafters[m] = DraftModelDrafter(draft_lm)
         else:
             drafters[m] = PromptLookupDrafter(output_vocab_size(target))
     return drafters
+
+
+def _dflash_drafter(plan: EvalPlan, target, device: torch.device):
+    """The ``--dflash`` drafter; every draft length the plan measures must fit in its block."""
+    from eaglehead.decode.dflash import load_dflash_drafter
+
+    try:
+        drafter = load_dflash_drafter(plan.drafts["dflash"], target, device=device, dtype=target.dtype)
+    except ValueError as err:
+        raise ValueError(f"--dflash {plan.drafts['dflash']!r}: {err}") from None
+    too_long = [g for g in plan.axis("dflash") if g > drafter.max_gamma]
+    if too_long:
+        raise ValueError(f"--gamma {too_long}: the --dflash drafter (block size {drafter.max_gamma + 1}) drafts at "
+                         f"most {drafter.max_gamma} tokens a round")
+    return drafter
 
 
 def _tree_drafter(plan: EvalPlan, method: str, target, drafters: dict, device: torch.device):
