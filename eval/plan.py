@@ -32,22 +32,25 @@ from .prompts import MT_BENCH, Prompt, load_prompt_set, split_prompts
 from .vllm_methods import HEAD_FORMATS, VLLM_METHODS, check_vllm_plan
 
 TREE_METHODS = ("eagle3-tree", "eagle1-tree")  # our exact tree loop (decode.tree_generate)
-LLAMACPP_METHODS = ("llamacpp", "llamacpp-eagle3", "llamacpp-ngram")  # llama.cpp in process (eval/llamacpp_engine.py)
+LLAMACPP_METHODS = ("llamacpp", "llamacpp-eagle3", "llamacpp-ngram", "llamacpp-dflash")  # llama.cpp in process (eval/llamacpp_engine.py)
 METHODS = ("vanilla", "hf-generate", "eagle3", "eagle1", "dflash", "draft-lm", "prompt-lookup", "hf-assisted",
            *TREE_METHODS, *LLAMACPP_METHODS, *VLLM_METHODS)
 ENGINE_METHODS = (*LLAMACPP_METHODS, *VLLM_METHODS)  # answered by a server process, not by our loops
 ENGINE_OF = {**{m: "llama.cpp" for m in LLAMACPP_METHODS}, **{m: "vllm" for m in VLLM_METHODS}}
 ENGINE_PLAIN = {"llama.cpp": "llamacpp", "vllm": "vllm"}  # each engine's own exact decoding (identity reference)
 DRAFTER_METHODS = ("eagle3", "eagle1", "dflash", "draft-lm", "prompt-lookup", *TREE_METHODS)  # our loops with a drafter
-ENGINE_DRAFTS = ("llamacpp-eagle3", "llamacpp-ngram", "vllm-eagle3", "vllm-ngram")  # n 0 = the plain server
+ENGINE_DRAFTS = ("llamacpp-eagle3", "llamacpp-ngram", "llamacpp-dflash", "vllm-eagle3", "vllm-ngram",
+                 "vllm-dflash")  # draft length 0 = the engine's plain server
 GAMMA_METHODS = (*DRAFTER_METHODS, "hf-assisted", *ENGINE_DRAFTS)
 # The head checkpoint a method reads (tree and llama.cpp methods reuse the chain methods' heads).
 # llamacpp-eagle3 reads its own head when one is given (drafts["llamacpp-eagle3"], --llamacpp-draft: llama.cpp
 # cannot run an EAGLE 3.1 head), else eagle3's.
-HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3", "vllm-eagle3": "eagle3"}
+HEAD_OF = {"eagle3-tree": "eagle3", "eagle1-tree": "eagle1", "llamacpp-eagle3": "eagle3", "vllm-eagle3": "eagle3",
+           "llamacpp-dflash": "dflash", "vllm-dflash": "dflash"}
 PATH_OPTION = {"eagle3": "--draft", "eagle1": "--eagle1", "dflash": "--dflash", "draft-lm": "--draft-lm",
                "eagle3-tree": "--draft",
-               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft (or --llamacpp-draft)", "vllm-eagle3": "--draft"}
+               "eagle1-tree": "--eagle1", "llamacpp-eagle3": "--draft (or --llamacpp-draft)", "vllm-eagle3": "--draft",
+               "llamacpp-dflash": "--dflash", "vllm-dflash": "--dflash"}
 DRAFT_KEYS = ("eagle3", "eagle1", "dflash", "draft-lm", "llamacpp-eagle3")  # EvalPlan.drafts' keys
 BATCH1_METHODS = ("hf-assisted", *LLAMACPP_METHODS)  # one request at a time (transformers, our llama.cpp wrapper;
 # vLLM's methods take a batch as concurrent requests)

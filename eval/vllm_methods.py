@@ -39,7 +39,7 @@ from eaglehead.engines import SpecCounters, VllmMissing, VllmServer, vllm_python
 from .engine_result import EngineResult
 
 ENGINE = "vllm"
-VLLM_METHODS = ("vllm", "vllm-eagle3", "vllm-ngram")
+VLLM_METHODS = ("vllm", "vllm-eagle3", "vllm-ngram", "vllm-dflash")
 HEAD_FORMATS = ("eagle3", "speculators")  # the export layouts vLLM's EAGLE-3 proposer loads
 NGRAM_MATCH = 3  # longest n-gram matched, as our prompt lookup's and llama.cpp's
 SERVER_MEMORY_GIB = 4.0  # one SmolLM2 server: API server ~0.7, engine core ~0.7, worker ~2.5 GiB (its KV cache included), measured
