@@ -29,6 +29,10 @@ class DataConfig:
     max_length: int = 2048  # tokens per sequence after the chat template; longer ones are truncated
     chat_template: str | None = None  # Jinja string or path to a .jinja file; None = tokenizer's own
     system_prompt: str | None = None  # prepended where a conversation has no system message
+    # auto: one row per conversation when the chat template is prefix-stable, a row per assistant turn when it
+    # rewrites earlier turns (Qwen3, GPT-OSS, DeepSeek-R1: train/chat_rows.py); whole: refuse such a template;
+    # per_turn: always a row per assistant turn
+    turn_rows: Literal["auto", "whole", "per_turn"] = "auto"
     regenerate: bool = False  # replace assistant turns by the target's own generations
     regen_temperature: float = 0.0  # 0 = greedy
     regen_max_new_tokens: int = 1024

@@ -13,14 +13,8 @@ Normalised schema: every row has ``messages`` (a list of ``{role, content}``, ro
 and ``loss_mask`` (lists of ints of the same length). ``loss_mask[t] == 1`` means token ``t`` is a
 training target (something the model writes); the recipe shifts it to the predicting position.
 
-How the assistant span is found (no hard-coded separators): for assistant message ``i`` the template
-renders ``messages[:i]`` with ``add_generation_prompt=True`` (the prompt the model sees when it
-starts writing) and ``messages[:i+1]``; the characters between the two are what the model writes. Both
-renders must be prefixes of the whole conversation's render, otherwise the template rewrites earlier
-turns (e.g. strips reasoning from past assistant turns) and a ValueError says so. Inside the span the
-loss keeps the content and the end-of-turn token (the last special token of the span: the head must
-learn to predict the end of the turn) and drops text the template adds after it (``"\\n"`` after
-``<|im_end|>``). A token belongs to the span where its first character is.
+The rows of a conversation, and how the loss mask finds what the model writes, are ``chat_rows``'s: one row when
+the template is prefix-stable, a row per assistant turn when it rewrites history (``data.turn_rows``).
 """
 
 from __future__ import annotations
@@ -46,7 +40,12 @@ from transformers import GenerationConfig
 
 from eaglehead.builtin.text import left_pad
 
+from .chat_rows import TemplateHistoryError, TurnRows, conversation_rows, tokenize_conversation
 from .config import DataConfig
+
+__all__ = ["build_dataset", "collate_tokens", "count_tokens", "load_conversations", "regenerate",
+           "resolve_chat_template", "split_by_conversation", "tokenize_conversation", "tokenize_conversations",
+           "NORMALISED_FEATURES", "TemplateHistoryError"]
 
 NORMALISED_FEATURES = Features(
     {"messages": List({"role": Value("string"), "content": Value("string")}), "text": Value("string")}
@@ -72,11 +71,11 @@ def build_dataset(cfg: DataConfig, tokenizer, model=None) -> DatasetDict:
             convs, model, tokenizer, cfg.regen_temperature, cfg.regen_max_new_tokens, cfg.regen_batch_size,
             seed=cfg.seed, chat_template=template, max_length=cfg.max_length,
         )
-    tokens = tokenize_conversations(convs, tokenizer, cfg.max_length, template, cfg.num_proc)
+    tokens = tokenize_conversations(convs, tokenizer, cfg.max_length, template, cfg.num_proc, cfg.turn_rows,
+                                    keep_conversation=True)
     if cfg.test_fraction > 0:
-        parts = tokens.train_test_split(test_size=cfg.test_fraction, seed=cfg.seed)
-        return DatasetDict(train=parts["train"], test=parts["test"])
-    return DatasetDict(train=tokens)
+        return split_by_conversation(tokens, cfg.test_fraction, cfg.seed)
+    return DatasetDict(train=tokens.remove_columns("conversation"))
 
 
 def resolve_chat_template(chat_template: str | None) -> str | None:
@@ -184,83 +183,58 @@ def _has_loss(row: dict) -> bool:
 
 
 def tokenize_conversations(
-    dataset: Dataset, tokenizer, max_length: int, chat_template: str | None = None, num_proc: int = 1
+    dataset: Dataset, tokenizer, max_length: int, chat_template: str | None = None, num_proc: int = 1,
+    turn_rows: TurnRows = "auto", keep_conversation: bool = False,
 ) -> Dataset:
-    """Normalised rows -> ``input_ids``/``loss_mask``, truncated to ``max_length``; rows with no loss token
-    left (e.g. truncated inside the first prompt) are dropped."""
-    fn = functools.partial(_tokenize_row, tokenizer=tokenizer, max_length=max_length, chat_template=chat_template)
-    out = dataset.map(fn, with_indices=True, remove_columns=dataset.column_names,
+    """Normalised rows -> ``input_ids``/``loss_mask`` (one row per conversation, or per assistant turn:
+    ``chat_rows``), truncated to ``max_length``; rows with no loss token left (e.g. truncated inside the first
+    prompt) are dropped. ``keep_conversation``: a ``conversation`` column holds each row's source index."""
+    fn = functools.partial(_tokenize_batch, tokenizer=tokenizer, max_length=max_length, chat_template=chat_template,
+                           turn_rows=turn_rows)
+    out = dataset.map(fn, with_indices=True, batched=True, batch_size=64, remove_columns=dataset.column_names,
                       num_proc=num_proc if num_proc > 1 else None, desc="tokenising")
-    return out.filter(lambda r: any(r["loss_mask"]), num_proc=num_proc if num_proc > 1 else None)
+    out = out.filter(lambda r: any(r["loss_mask"]), num_proc=num_proc if num_proc > 1 else None)
+    return out if keep_conversation else out.remove_columns("conversation")
 
 
-def _tokenize_row(row: dict, idx: int, tokenizer, max_length: int, chat_template: str | None) -> dict:
-    if row["messages"]:
-        if chat_template is None and tokenizer.chat_template is None:
-            raise ValueError("data.chat_template: the tokenizer has no chat template; set data.chat_template")
-        try:
-            ids, mask = tokenize_conversation(tokenizer, row["messages"], chat_template)
-        except (ValueError, jinja2.TemplateError) as e:  # e.g. a template that demands alternating roles
-            raise ValueError(f"conversation {idx}: {e}") from e
-    else:
-        ids = tokenizer(row["text"])["input_ids"]
-        mask = [1] * len(ids)  # plain text: every token is a target
-    return {"input_ids": ids[:max_length], "loss_mask": mask[:max_length]}
+def _tokenize_batch(batch: dict, indices: list[int], tokenizer, max_length: int, chat_template: str | None,
+                    turn_rows: TurnRows) -> dict:
+    out: dict[str, list] = {"input_ids": [], "loss_mask": [], "conversation": []}
+    for messages, text, idx in zip(batch["messages"], batch["text"], indices):
+        for ids, mask in _row_tokens(messages, text, idx, tokenizer, chat_template, turn_rows):
+            out["input_ids"].append(ids[:max_length])
+            out["loss_mask"].append(mask[:max_length])
+            out["conversation"].append(idx)
+    return out
 
 
-def tokenize_conversation(
-    tokenizer, messages: list[dict], chat_template: str | None = None
-) -> tuple[list[int], list[int]]:
-    """Render ``messages`` with the chat template; return ``(input_ids, loss_mask)`` (see module docstring)."""
-    def render(msgs, gen_prompt):
-        return tokenizer.apply_chat_template(
-            msgs, chat_template=chat_template, tokenize=False, add_generation_prompt=gen_prompt
-        )
-
-    full = render(messages, False)
-    spans = []  # character ranges [start, end) the model writes
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        if i == 0:
-            raise ValueError("conversation starts with an assistant message: nothing to condition it on")
-        prompt, upto = render(messages[:i], True), render(messages[: i + 1], False)
-        if not upto.startswith(prompt):
-            raise ValueError(
-                f"chat template problem: the generation prompt for assistant message {i} "
-                f"({prompt[-40:]!r}) is not how the template starts that message; cannot locate the assistant span"
-            )
-        if not full.startswith(upto):
-            raise ValueError(
-                f"chat template problem: rendering the first {i + 1} messages is not a prefix of rendering the whole "
-                "conversation (the template rewrites earlier turns, e.g. drops reasoning from past assistant "
-                "messages); loss masks would be wrong. Set data.chat_template to a prefix-stable template"
-            )
-        spans.append((len(prompt), len(upto)))
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = enc["input_ids"], enc["offset_mapping"]
-    special = _special_ids(tokenizer)
-    mask = [0] * len(ids)
-    for a, b in spans:
-        inside = [k for k, (s, _) in enumerate(offsets) if a <= s < b]
-        if not inside:
-            continue
-        ends = [k for k in inside if ids[k] in special]
-        if ends:
-            last = ends[-1]  # the end-of-turn token; text after it is template decoration
-        else:
-            last = inside[-1]
-            while last > inside[0] and not full[offsets[last][0]:offsets[last][1]].strip():
-                last -= 1
-        for k in inside:
-            if k <= last:
-                mask[k] = 1
-    return ids, mask
+def _row_tokens(messages, text, idx: int, tokenizer, chat_template: str | None, turn_rows: TurnRows) -> list:
+    if not messages:
+        ids = tokenizer(text)["input_ids"]
+        return [(ids, [1] * len(ids))]  # plain text: every token is a target
+    if chat_template is None and tokenizer.chat_template is None:
+        raise ValueError("data.chat_template: the tokenizer has no chat template; set data.chat_template")
+    try:
+        return conversation_rows(tokenizer, messages, chat_template, turn_rows)
+    except (ValueError, jinja2.TemplateError) as e:  # e.g. a template that demands alternating roles
+        raise type(e)(f"conversation {idx}: {e}") if isinstance(e, TemplateHistoryError) else \
+            ValueError(f"conversation {idx}: {e}") from e
 
 
-def _special_ids(tokenizer) -> frozenset:
-    added = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    return frozenset(set(tokenizer.all_special_ids) | added)
+def split_by_conversation(tokens: Dataset, test_fraction: float, seed: int) -> DatasetDict:
+    """Train/test rows, every row of a conversation on one side (per-turn rows share their conversation's).
+    With one row per conversation this is ``train_test_split`` itself (the split earlier runs made)."""
+    conv = tokens["conversation"]
+    tokens = tokens.remove_columns("conversation")
+    if len(set(conv)) == len(conv):
+        parts = tokens.train_test_split(test_size=test_fraction, seed=seed)
+        return DatasetDict(train=parts["train"], test=parts["test"])
+    ids = sorted(set(conv))
+    rng = np.random.default_rng(seed)
+    test = set(rng.permutation(ids)[: max(1, round(test_fraction * len(ids)))].tolist())
+    is_test = [c in test for c in conv]
+    return DatasetDict(train=tokens.select([i for i, t in enumerate(is_test) if not t]),
+                       test=tokens.select([i for i, t in enumerate(is_test) if t]))
 
 
 def count_tokens(dataset: Dataset, vocab_size: int) -> torch.Tensor:

@@ -13,6 +13,7 @@ from eaglehead.draftheads.vocab import build_draft_vocab, coverage
 from eaglehead.train.config import DataConfig
 from eaglehead.train.data import (
     NORMALISED_FEATURES,
+    TemplateHistoryError,
     build_dataset,
     collate_tokens,
     count_tokens,
@@ -116,8 +117,10 @@ def test_template_without_prefix_stability_is_refused(tokenizer):
 
 def test_dataset_errors_name_the_conversation(tokenizer):
     ds = Dataset.from_dict({"messages": [CONV[:3], CONV], "text": [None, None]}, features=NORMALISED_FEATURES)
-    with pytest.raises(ValueError, match="conversation 1: chat template problem"):
-        tokenize_conversations(ds, tokenizer, 64, NOT_PREFIX_STABLE)
+    with pytest.raises(TemplateHistoryError, match="conversation 1: chat template problem.*turn_rows: auto"):
+        tokenize_conversations(ds, tokenizer, 64, NOT_PREFIX_STABLE, turn_rows="whole")
+    with pytest.raises(ValueError, match="conversation 0: chat template problem.*generation prompt"):
+        tokenize_conversations(ds, tokenizer, 64, WRONG_GEN_PROMPT)
 
 
 def test_generation_prompt_mismatch_is_refused(tokenizer):
