@@ -67,9 +67,9 @@ class SynthesisConfig:
 
 
 # What writes the tokens: "torch" (the in-process sampler, :mod:`~eaglehead.datagen.stream`), "openai" (a running
-# OpenAI-compatible server: vLLM, SGLang, llama.cpp's llama-server) or "llama.cpp" (llama.cpp's server started by
-# eaglehead on 127.0.0.1 for the run; :mod:`~eaglehead.datagen.engines`).
-ENGINES = ("torch", "openai", "llama.cpp")
+# OpenAI-compatible server: vLLM, SGLang, llama.cpp's llama-server), "llama.cpp" (llama.cpp's server started by
+# eaglehead on 127.0.0.1 for the run; :mod:`~eaglehead.datagen.engines`) or "vllm" (vLLM's CPU build, likewise).
+ENGINES = ("torch", "openai", "llama.cpp", "vllm")
 
 
 @dataclass
@@ -116,13 +116,31 @@ class LlamaCppEngineConfig:
 
 
 @dataclass
+class VllmEngineConfig:
+    """``regenerate.engine: vllm``: eaglehead serves the target with vLLM itself (127.0.0.1, this run only), from the
+    venv ``make install`` builds (``.venv-vllm``; or ``python``, or $EAGLEHEAD_VLLM_PYTHON)."""
+
+    model: str | None = None  # a Hugging Face directory; null: the target's own (a GGUF or built-in converted)
+    max_model_len: int = 4096  # prompt + max_new_tokens must fit
+    enforce_eager: bool = True  # no warm-up compilation (start-up ~30 s instead of ~95 s on 2 cores)
+    threads: int | None = None  # cores vLLM binds; null: ChatDataConfig.threads, else every core
+    python: str | None = None
+    start_timeout_s: float = 600.0
+
+    def __post_init__(self):
+        if self.max_model_len < 16 or (self.threads is not None and self.threads < 1) or self.start_timeout_s <= 0:
+            raise ValueError(f"regenerate.vllm: max_model_len must be >= 16, threads >= 1 and start_timeout_s > 0, got "
+                             f"{self.max_model_len}, {self.threads}, {self.start_timeout_s}")
+
+
+@dataclass
 class RegenerateConfig:
     temperature: float = 0.7
     top_p: float | None = None
     max_new_tokens: int = 512
     batch_size: int = 32  # rows decoded together by the torch sampler
     shard_size: int = 64  # prompts per shard (the unit of resumption)
-    engine: Literal["torch", "openai", "llama.cpp"] = "torch"
+    engine: Literal["torch", "openai", "llama.cpp", "vllm"] = "torch"
     # How eaglehead talks to a server (engines openai and llama.cpp; they decide how, never what, is written):
     max_concurrency: int | None = None  # requests in flight; null: llamacpp.slots, or 32 for a server
     request_timeout_s: float = 600.0  # one completion, start to end
@@ -130,6 +148,7 @@ class RegenerateConfig:
     retry_backoff_s: float = 1.0  # the first wait; it doubles with each further attempt
     openai: OpenAIEngineConfig = field(default_factory=OpenAIEngineConfig)
     llamacpp: LlamaCppEngineConfig = field(default_factory=LlamaCppEngineConfig)
+    vllm: VllmEngineConfig = field(default_factory=VllmEngineConfig)
 
     def __post_init__(self):
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.shard_size < 1:
@@ -145,10 +164,11 @@ class RegenerateConfig:
             self.openai.check()
 
     def concurrency(self) -> int:
-        """Requests in flight: the setting, else one per llama.cpp slot, else 32 (a GPU server batches many)."""
+        """Requests in flight: the setting, else one per llama.cpp slot, else 8 for vLLM (a CPU batches few), else 32
+        (a GPU server batches many)."""
         if self.max_concurrency is not None:
             return self.max_concurrency
-        return self.llamacpp.slots if self.engine == "llama.cpp" else 32
+        return {"llama.cpp": self.llamacpp.slots, "vllm": 8}.get(self.engine, 32)
 
 
 @dataclass
@@ -188,24 +208,28 @@ def shard_defining(cfg: ChatDataConfig) -> dict:
     """The settings that decide what the shards hold (device, dtype of compute and threads do not).
 
     With an engine other than torch, the torch sampler's settings (``dtype``, ``sampler``,
-    ``regenerate.batch_size``) are left out and the engine's model is put in (``openai.model``; ``llamacpp.gguf``,
+    ``regenerate.batch_size``; vLLM keeps ``dtype``) are left out and the engine's model is put in (``openai.model``;
+    ``vllm.model``; ``llamacpp.gguf``,
     the file itself being checked by its sha256 in each shard's record). How requests are sent (concurrency,
     timeouts, retries, URL, key, slots, threads) never decides what is written."""
     data = omit_added_later(dump_config(cfg), ADDED_LATER)
     for key in ("out_dir", "device", "threads", "workers", "id_prefix"):
         data.pop(key)
     regen = data["regenerate"]
-    openai, llamacpp = regen.pop("openai"), regen.pop("llamacpp")
+    openai, llamacpp, vllm = regen.pop("openai"), regen.pop("llamacpp"), regen.pop("vllm")
     for key in ("max_concurrency", "request_timeout_s", "retries", "retry_backoff_s"):
         regen.pop(key)
     if cfg.regenerate.engine != "torch":
-        data.pop("dtype")
+        if cfg.regenerate.engine != "vllm":  # vLLM serves the target at this dtype: it decides the tokens
+            data.pop("dtype")
         data.pop("sampler", None)
         regen.pop("batch_size")
     if cfg.regenerate.engine == "openai":
         regen["openai"] = {"model": openai["model"]}
     elif cfg.regenerate.engine == "llama.cpp":
         regen["llamacpp"] = {"gguf": llamacpp["gguf"]}
+    elif cfg.regenerate.engine == "vllm":
+        regen["vllm"] = {"model": vllm["model"]}
     return data
 
 

@@ -154,10 +154,7 @@ class LlamaCppEngine(OpenAIEngine):
             time.sleep(0.2)
 
     def complete(self, prompts: list[list[int]], *, labels: list[str], max_new_tokens: int, **kw):
-        for prompt, label in zip(prompts, labels):
-            if len(prompt) + max_new_tokens > self.ctx_per_slot:
-                raise EngineError(f"prompt {label}: {len(prompt)} prompt tokens + max_new_tokens {max_new_tokens} do "
-                                  f"not fit regenerate.llamacpp.ctx_per_slot={self.ctx_per_slot}; raise it")
+        self.check_context(prompts, labels, max_new_tokens, self.ctx_per_slot, "regenerate.llamacpp.ctx_per_slot")
         return super().complete(prompts, labels=labels, max_new_tokens=max_new_tokens, **kw)
 
     def completions_path(self) -> str:

@@ -154,6 +154,14 @@ class OpenAIEngine:
             self._count(len(ids), seconds, timings)
         return toks, ended
 
+    def check_context(self, prompts: list[list[int]], labels: list[str], max_new_tokens: int, limit: int,
+                      setting: str) -> None:
+        """Every prompt plus ``max_new_tokens`` fits the server's context ``limit`` (config key ``setting``)."""
+        for prompt, label in zip(prompts, labels):
+            if len(prompt) + max_new_tokens > limit:
+                raise EngineError(f"prompt {label}: {len(prompt)} prompt tokens + max_new_tokens {max_new_tokens} do "
+                                  f"not fit {setting}={limit}; raise it")
+
     def completions_path(self) -> str:
         return f"{self.client.prefix}/completions"
 

@@ -7,7 +7,7 @@ OpenAI-compatible server, or llama.cpp started by eaglehead.
 :func:`open_engine` starts or connects, checks the server's tokenizer against the target's before any work, and
 stops a server it started on leaving (success, error or Ctrl-C). Modules: :mod:`.engine_http` (requests, retries,
 bounded concurrency), :mod:`.engine_openai` (any OpenAI-compatible server), :mod:`.engine_llamacpp` (the built-in
-one, whose process is :mod:`.llamacpp_server`).
+one, whose process is :mod:`.llamacpp_server`), :mod:`.engine_vllm` (vLLM's CPU build, started likewise).
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ def open_engine(cfg, target):
         return
     if kind == "openai":
         engine = OpenAIEngine.connect(cfg.regenerate, target.tok, target.turn_end_id)
+    elif kind == "vllm":
+        from .engine_vllm import VllmEngine
+
+        engine = VllmEngine.start(cfg, target.tok, target.turn_end_id)
     else:
         from .engine_llamacpp import LlamaCppEngine
 

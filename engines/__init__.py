@@ -5,9 +5,9 @@ Standard library only, so that ``datagen`` and ``eval`` can start a server witho
 """
 
 from .process import EngineDied, EngineError, EngineTimeout, ServerProcess, free_port
-from .vllm_engine import (INSTALL_COMMAND, VERSION, SpecCounters, StreamedCompletion, VllmLoadError, VllmMissing, VllmServer,
-                   parse_spec_counters, run_offline, vllm_python)
+from .vllm_engine import (INSTALL_COMMAND, VERSION, OfflineJob, SpecCounters, StreamedCompletion, VllmLoadError,
+                          VllmMissing, VllmServer, parse_spec_counters, run_offline, vllm_python)
 
 __all__ = ["EngineDied", "EngineError", "EngineTimeout", "ServerProcess", "free_port", "INSTALL_COMMAND",
-           "SpecCounters", "StreamedCompletion", "VERSION", "VllmLoadError", "VllmMissing", "VllmServer",
+           "OfflineJob", "SpecCounters", "StreamedCompletion", "VERSION", "VllmLoadError", "VllmMissing", "VllmServer",
            "parse_spec_counters", "run_offline", "vllm_python"]

@@ -207,31 +207,53 @@ def run_offline(model: str | Path, prompts: list[list[int]], max_tokens: int, co
     """Greedy completions of ``prompts`` under each configuration (``{"name", "speculative": dict | None}``), all
     in one vLLM process (``vllm_offline.py``: one import of vLLM for all of them). VllmLoadError names the
     configuration vLLM could not load, or the process's log tail when it died."""
-    log = Path(tempfile.mkdtemp(prefix="eaglehead-vllm-")) / "offline.log"
-    out_path = log.with_name("runs.jsonl")
-    spec = {"model": str(model), "dtype": dtype, "max_model_len": max_model_len, "prompts": prompts,
-            "max_tokens": max_tokens, "configs": configs, "out": str(out_path)}
-    interpreter = vllm_python(python)
-    argv = [str(interpreter), str(Path(__file__).with_name("vllm_offline.py")), json.dumps(spec)]
-    # the health URL is never polled: an offline run serves nothing
-    proc = ServerProcess(argv, health_url="", log=log, env=cpu_env(threads, python=interpreter),
-                         name="vLLM offline run")
-    try:
-        code = proc.proc.wait(timeout_s)
-    finally:  # also on a timeout and Ctrl-C: the child and its engine core go with us
-        proc.stop()
-    runs = {}
-    if not out_path.exists():
-        raise proc.error(f"exited with code {code} before any configuration ran", VllmLoadError)
-    for line in out_path.read_text().splitlines():
-        row = json.loads(line)
-        if "error" in row:
-            raise VllmLoadError(f"vLLM could not run configuration {row['name']!r}: {row['error']}")
-        c = row["counters"]
-        runs[row["name"]] = OfflineRun(row["name"], row["startup_s"], row["wall_s"], row["outputs"],
-                                       SpecCounters(c["drafts"], c["draft_tokens"], c["accepted"],
-                                                    c["accepted_per_pos"]))
-    if code != 0 or len(runs) != len(configs):
-        raise proc.error(f"exited with code {code} after {len(runs)} of {len(configs)} configurations",
-                         VllmLoadError)
-    return runs
+    return OfflineJob(model, prompts, max_tokens, configs, dtype=dtype, max_model_len=max_model_len, threads=threads,
+                      python=python).result(timeout_s)
+
+
+class OfflineJob:
+    """:func:`run_offline` started now and read later (``result``): the vLLM process runs beside the caller, e.g. a
+    test session that starts it at collection and reads it when its tests come."""
+
+    def __init__(self, model: str | Path, prompts: list[list[int]], max_tokens: int, configs: list[dict], *,
+                 dtype: str = "float32", max_model_len: int = 1024, threads: int | None = None,
+                 python: str | Path | None = None):
+        log = Path(tempfile.mkdtemp(prefix="eaglehead-vllm-")) / "offline.log"
+        self.out_path, self.configs = log.with_name("runs.jsonl"), configs
+        spec = {"model": str(model), "dtype": dtype, "max_model_len": max_model_len, "prompts": prompts,
+                "max_tokens": max_tokens, "configs": configs, "out": str(self.out_path)}
+        interpreter = vllm_python(python)
+        argv = [str(interpreter), str(Path(__file__).with_name("vllm_offline.py")), json.dumps(spec)]
+        # the health URL is never polled: an offline run serves nothing
+        self.proc = ServerProcess(argv, health_url="", log=log, env=cpu_env(threads, python=interpreter),
+                                  name="vLLM offline run")
+        self._runs: dict[str, OfflineRun] | None = None
+
+    def result(self, timeout_s: float = 900) -> dict[str, OfflineRun]:
+        if self._runs is None:
+            try:
+                code = self.proc.proc.wait(timeout_s)
+            finally:  # also on a timeout and Ctrl-C: the child and its engine core go with us
+                self.proc.stop()
+            self._runs = self._read(code)
+        return self._runs
+
+    def close(self) -> None:
+        self.proc.stop()
+
+    def _read(self, code: int) -> dict[str, OfflineRun]:
+        runs = {}
+        if not self.out_path.exists():
+            raise self.proc.error(f"exited with code {code} before any configuration ran", VllmLoadError)
+        for line in self.out_path.read_text().splitlines():
+            row = json.loads(line)
+            if "error" in row:
+                raise VllmLoadError(f"vLLM could not run configuration {row['name']!r}: {row['error']}")
+            c = row["counters"]
+            runs[row["name"]] = OfflineRun(row["name"], row["startup_s"], row["wall_s"], row["outputs"],
+                                           SpecCounters(c["drafts"], c["draft_tokens"], c["accepted"],
+                                                        c["accepted_per_pos"]))
+        if code != 0 or len(runs) != len(self.configs):
+            raise self.proc.error(f"exited with code {code} after {len(runs)} of {len(self.configs)} "
+                                  "configurations", VllmLoadError)
+        return runs

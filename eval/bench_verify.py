@@ -23,7 +23,7 @@ from eaglehead.decode import (DraftTree, SamplingConfig, probs, verify_chain, ve
                               verify_tree_greedy)
 
 
-def _median_ms(fn, repeats: int) -> float:
+def median_ms(fn, repeats: int) -> float:
     for _ in range(min(20, repeats)):
         fn()
     times = []
@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         draft = logits[:, :-1].float().argmax(-1)
         draft[0, args.gamma // 2] = (draft[0, args.gamma // 2] + 1) % args.vocab  # a rejection mid-chain
         q = torch.nn.functional.one_hot(draft, args.vocab).float()
-        chain = (_median_ms(lambda: verify_chain(probs(logits, greedy), q, draft), args.repeats),
-                 _median_ms(lambda: verify_chain_greedy(logits, draft), args.repeats))
+        chain = (median_ms(lambda: verify_chain(probs(logits, greedy), q, draft), args.repeats),
+                 median_ms(lambda: verify_chain_greedy(logits, draft), args.repeats))
         tree_logits = torch.randn(1, args.tree + 1, args.vocab, generator=gen).to(dtype)
-        trees = (_median_ms(lambda: verify_tree(probs(tree_logits, greedy), tree), args.repeats),
-                 _median_ms(lambda: verify_tree_greedy(tree_logits, tree), args.repeats))
+        trees = (median_ms(lambda: verify_tree(probs(tree_logits, greedy), tree), args.repeats),
+                 median_ms(lambda: verify_tree_greedy(tree_logits, tree), args.repeats))
         for what, (general, fast) in ((f"chain, gamma {args.gamma}", chain), (f"tree, {args.tree} nodes", trees)):
             print(f"{str(dtype).removeprefix('torch.'):>9} logits, {what}: probs + general verifier {general:.3f} ms, "
                   f"greedy fast path {fast:.3f} ms ({general / fast:.1f}x)")

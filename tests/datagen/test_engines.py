@@ -229,9 +229,9 @@ def test_bad_urls_keys_and_engines_are_named(server, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="regenerate.openai.base_url and regenerate.openai.model are required"):
         _cfg(tmp_path, engine="openai")
     yaml = tmp_path / "data.yaml"
-    yaml.write_text(f"target: {SMOLLM2}\nout_dir: {tmp_path}\nregenerate:\n  engine: vllm\n")
+    yaml.write_text(f"target: {SMOLLM2}\nout_dir: {tmp_path}\nregenerate:\n  engine: sglang\n")
     with pytest.raises(ValueError, match=r"regenerate.engine' expects one of 'torch', 'openai', 'llama.cpp', "
-                                         r"got 'vllm'"):
+                                         r"'vllm', got 'sglang'"):
         load_config(ChatDataConfig, yaml)
     yaml.write_text(f"target: {SMOLLM2}\nout_dir: {tmp_path}\nregenerate:\n  engine: openai\n  openai:\n    url: x\n")
     with pytest.raises(ValueError, match=r"unknown key 'regenerate.openai.url'"):
