@@ -8,7 +8,8 @@ bound: the tapped layers off by one, and the EAGLE 3.1 head without its ``fc_nor
 they are set). The eval's ``vllm-ngram`` configuration runs here too; the speculators layout of the EAGLE 3.1 head
 runs through ``eaglehead eval`` in ``tests/eval/test_vllm_eval.py``.
 
-Cost: all six configurations run in one vLLM process, in sequence (``run_offline``: 16-18 s a start, eager, on 2
+Cost: all the configurations run in one vLLM process, in sequence (``OfflineJob``, started at collection by
+``tests/conftest.py`` so that it overlaps the tests before this module: 16-18 s a start, eager, on 2
 cores; a server is 22-44 s a start), once per test session: ~155 s for vLLM and ~20 s for our loop (2026-12-05,
 2 shared cores).
 
@@ -26,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from eaglehead.builtin.models import resolve_target
 from eaglehead.decode.eagle import load_eagle_drafter
 from eaglehead.draftheads.checkpoint import export_eagle3, load_head
-from eaglehead.engines import INSTALL_COMMAND, VllmMissing, parse_spec_counters, run_offline, vllm_python
+from eaglehead.engines import INSTALL_COMMAND, OfflineJob, VllmMissing, parse_spec_counters, vllm_python
 from eaglehead.eval.vllm_methods import speculative_config
 from tests.builtin.llamacpp_support import (ASSETS, BUDGET, GAMMA, assert_no_near_tie, smollm2, smollm2_prompts,
                                             torch_loop, workdir)
@@ -77,10 +78,26 @@ def configurations() -> list[dict]:
             {"name": "eagle31_without_norms", "speculative": _spec(no_norms)}]
 
 
+_JOB: list[OfflineJob] = []
+
+
+def start_proof() -> OfflineJob:
+    """The one offline vLLM run of every configuration, started once (``tests/conftest.py`` starts it at collection,
+    so its start-ups overlap the tests before this module)."""
+    if not _JOB:
+        target = resolve_target("builtin:smollm2-135m-instruct", "float32")  # the torch model's weights exactly
+        _JOB.append(OfflineJob(target, [list(p) for p in smollm2_prompts()], BUDGET, configurations()))
+    return _JOB[0]
+
+
+def stop_proof() -> None:
+    for job in _JOB:
+        job.close()
+
+
 @pytest.fixture(scope="module")
 def vllm_runs():
-    target = resolve_target("builtin:smollm2-135m-instruct", "float32")  # the torch model's weights exactly
-    return run_offline(target, [list(p) for p in smollm2_prompts()], BUDGET, configurations())
+    return start_proof().result()
 
 
 @cache
