@@ -4,6 +4,7 @@ head GGUF or n-gram lookup, answering token-id prompts with the engine's own tim
 Usage::
 
     with LlamaCppServer(target_gguf, threads=2, eagle3=Eagle3Draft("head.gguf", n_max=3)) as server:
+    # or dflash=DFlashDraft("dflash.gguf", n_max=15): llama.cpp's draft-dflash (one block a round)
         out = server.complete(prompt_ids, n_predict=64)          # greedy (temperature 0)
         out.tokens, out.text, out.timings["draft_n_accepted"], out.ttft_s, out.tokens_per_round
 
@@ -74,6 +75,16 @@ class Eagle3Draft:
 
 
 @dataclass(frozen=True)
+class DFlashDraft:
+    """A DFlash block drafter GGUF (``--spec-type draft-dflash``) drafting exactly ``n_max`` tokens a round
+    (``n_min 0, p_min 0``). llama.cpp decodes ``[last, MASK x n_max]`` and would clamp ``n_max`` to the file's
+    ``dflash.block_size - 1``; a larger ``n_max`` is refused here instead."""
+
+    path: str | Path
+    n_max: int = 15
+
+
+@dataclass(frozen=True)
 class NgramDraft:
     """llama.cpp's ``ngram-simple`` lookup: match the last ``size_n`` tokens, draft the ``size_m`` after."""
 
@@ -106,15 +117,16 @@ class LlamaCppServer:
     """One llama.cpp server (one slot) in this process; :meth:`close` (or ``with``) frees it."""
 
     def __init__(self, model_path: str | Path, *, threads: int, n_ctx: int = 4096,
-                 eagle3: Eagle3Draft | None = None, ngram: NgramDraft | None = None, warmup: bool = True,
-                 verbosity: int = -1):
-        if eagle3 is not None and ngram is not None:
-            raise ValueError("pass at most one of eagle3 and ngram")
+                 eagle3: Eagle3Draft | None = None, ngram: NgramDraft | None = None,
+                 dflash: DFlashDraft | None = None, warmup: bool = True, verbosity: int = -1):
+        if sum(d is not None for d in (eagle3, ngram, dflash)) > 1:
+            raise ValueError("pass at most one of eagle3 and ngram and dflash: a server runs one kind of draft")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         xl = import_xllamacpp()
         model_path = Path(model_path)
-        for name, path in (("model_path", model_path), ("eagle3.path", eagle3 and Path(eagle3.path))):
+        for name, path in (("model_path", model_path), ("eagle3.path", eagle3 and Path(eagle3.path)),
+                           ("dflash.path", dflash and Path(dflash.path))):
             if path is not None and not path.is_file():
                 raise ValueError(f"{name} {path}: no such file")
         params = xl.CommonParams()
@@ -126,24 +138,14 @@ class LlamaCppServer:
         params.warmup = warmup  # an empty decode at start, so the first request's timings are steady
         params.fit_params = False  # fitting sizes GPU offload; on this CPU build it only loads the model twice
         params.endpoint_metrics = True  # the draft-round counter is only kept with metrics on
-        spec = params.speculative
-        kind = xl.common_speculative_type
-        if eagle3 is not None:
-            if isinstance(eagle3.n_max, bool) or not isinstance(eagle3.n_max, int) or eagle3.n_max < 1:
-                raise ValueError(f"eagle3.n_max must be a positive int, got {eagle3.n_max!r}")
-            spec.types = [kind.COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3]
-            spec.draft.mparams.path = str(eagle3.path)
-            spec.draft.n_max, spec.draft.n_min, spec.draft.p_min = eagle3.n_max, 0, 0.0
-            spec.draft.cpuparams.n_threads = spec.draft.cpuparams_batch.n_threads = threads
-        elif ngram is not None:
-            spec.types = [kind.COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE]
-            spec.ngram_simple.size_n, spec.ngram_simple.size_m = ngram.size_n, ngram.size_m
-        self.model_path, self.eagle3, self.ngram = model_path, eagle3, ngram
+        _set_draft(params.speculative, xl.common_speculative_type, threads, eagle3, ngram, dflash)
+        self.model_path, self.eagle3, self.ngram, self.dflash = model_path, eagle3, ngram, dflash
         try:
             self._server = xl.Server(params)
         except RuntimeError as err:
-            raise LlamaCppError(f"llama.cpp could not start on model_path {model_path}"
-                                f"{f' with eagle3 draft {eagle3.path}' if eagle3 else ''}: {err}") from err
+            with_draft = (f" with eagle3 draft {eagle3.path}" if eagle3 is not None else
+                          f" with dflash draft {dflash.path}" if dflash is not None else "")
+            raise LlamaCppError(f"llama.cpp could not start on model_path {model_path}{with_draft}: {err}") from err
 
     def complete(self, token_ids: list[int], n_predict: int, *, temperature: float = 0.0, seed: int = 0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, stream: bool = False,
@@ -205,6 +207,44 @@ class LlamaCppServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _set_draft(spec, kind, threads: int, eagle3: Eagle3Draft | None, ngram: NgramDraft | None,
+               dflash: DFlashDraft | None) -> None:
+    """The speculative params of one draft kind (none: plain decoding)."""
+    draft = eagle3 or dflash
+    if draft is not None:
+        what = "eagle3" if eagle3 is not None else "dflash"
+        if isinstance(draft.n_max, bool) or not isinstance(draft.n_max, int) or draft.n_max < 1:
+            raise ValueError(f"{what}.n_max must be a positive int, got {draft.n_max!r}")
+        if dflash is not None:
+            _check_dflash_n_max(dflash)
+        spec.types = [kind.COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3 if eagle3 is not None
+                      else kind.COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH]
+        spec.draft.mparams.path = str(draft.path)
+        spec.draft.n_max, spec.draft.n_min, spec.draft.p_min = draft.n_max, 0, 0.0
+        spec.draft.cpuparams.n_threads = spec.draft.cpuparams_batch.n_threads = threads
+    elif ngram is not None:
+        spec.types = [kind.COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE]
+        spec.ngram_simple.size_n, spec.ngram_simple.size_m = ngram.size_n, ngram.size_m
+
+
+def _check_dflash_n_max(dflash: DFlashDraft) -> None:
+    """``ValueError`` unless ``dflash.path`` is a DFlash GGUF whose block holds ``n_max`` drafts."""
+    from eaglehead.builtin.gguf import GGUFError
+    from eaglehead.builtin.gguf_target import field_value, open_gguf
+
+    try:
+        reader = open_gguf(dflash.path, "dflash.path")
+        arch = field_value(reader, "general.architecture", dflash.path, "dflash.path")
+        block = int(field_value(reader, f"{arch}.block_size", dflash.path, "dflash.path")) if arch == "dflash" else 0
+    except GGUFError as err:
+        raise ValueError(str(err)) from None
+    if arch != "dflash":
+        raise ValueError(f"dflash.path {dflash.path}: general.architecture is {arch!r}, not 'dflash'")
+    if dflash.n_max > block - 1:
+        raise ValueError(f"dflash.n_max {dflash.n_max}: a DFlash drafter of block_size {block} drafts at most "
+                         f"{block - 1} tokens a round (llama.cpp would clamp it)")
 
 
 def _collect(chunks: list[tuple[float, dict]], start: float) -> Completion:

@@ -14,7 +14,8 @@ the top-level ``config.json`` keys ``"fc_norm": true`` / ``"norm_output": true``
 (``llama_eagle3.py``, and ``update_eagle3`` for the speculators layout), SGLang, SpecForge and speculators
 read. They are written only when on: absent means off everywhere.
 
-A ``.gguf`` file (llama.cpp's EAGLE-3 head, :mod:`.gguf_head`) is loaded by ``load_head`` too (layout ``gguf``).
+A ``.gguf`` file (llama.cpp's EAGLE-3 head, :mod:`.gguf_head`) is loaded by ``load_head`` too (layout ``gguf``), and
+so are the DFlash exports of :mod:`.dflash_export` (layout ``dflash``: z-lab's; ``speculators``: its DFlash type).
 
 Layer ids: vLLM reads the top-level ``eagle_aux_hidden_state_layer_ids`` (first) in ``output_hidden_states``
 indexing, ours. SGLang reads only ``eagle_config.eagle_aux_hidden_state_layer_ids`` and adds one to each id
@@ -47,6 +48,7 @@ from eaglehead.builtin.jsonio import read_json
 
 from .config import Eagle3Config, target_dims
 from .dflash import DFlashConfig, DFlashHead
+from .dflash_export import dflash_layout, load_dflash_export
 from .eagle1 import Eagle1Head
 from .eagle3 import Eagle3Head
 from .gguf_head import GGUF_SUFFIX, load_gguf_head
@@ -152,12 +154,12 @@ def export_speculators(head: Eagle3Head, out_dir: str | Path, *, speculative_tok
 
 
 # ---------------------------------------------------------------- load (every layout)
-LAYOUTS = ("eaglehead", "eagle3", "speculators")
+LAYOUTS = ("eaglehead", "eagle3", "speculators", "dflash")
 
 
 def head_layout(config: dict[str, Any] | str | Path) -> str | None:
     """Which head layout a ``config.json`` (its dict, or the directory holding it) is: ``eaglehead``,
-    ``speculators`` or ``eagle3``; ``gguf`` for a ``.gguf`` file; ``None`` when it is not a draft head (e.g. a
+    ``speculators``, ``eagle3`` or ``dflash`` (z-lab's DFlash layout); ``gguf`` for a ``.gguf`` file; ``None`` when it is not a draft head (e.g. a
     causal LM)."""
     if not isinstance(config, dict):
         if Path(config).suffix == GGUF_SUFFIX and Path(config).is_file():
@@ -167,6 +169,8 @@ def head_layout(config: dict[str, Any] | str | Path) -> str | None:
         config = _read_config(Path(config))
     if "eaglehead_head_type" in config:
         return "eaglehead"
+    if dflash_layout(config) is not None:
+        return "dflash" if dflash_layout(config) == "zlab" else "speculators"
     if config.get("speculators_model_type") is not None:
         return "speculators"
     if any("Eagle3" in a for a in config.get("architectures") or []) or "eagle_config" in config \
@@ -186,7 +190,8 @@ def load_head(path: str | Path, *, target_config: Any = None, fused_layer_ids: l
     ``eagle_config`` ids plus one (SGLang); the engines' default ``[2, L//2, L-3]`` when ``target_config``
     gives ``L``. With ``target_config`` the head is checked once by :func:`check_compatible` (``check=False``
     when the caller checks it, as ``Eagle3Drafter`` does). ``layout`` demands one layout (``ValueError``
-    otherwise).
+    otherwise). A DFlash export (layout ``dflash``, or ``speculators`` of type dflash) gives a ``DFlashHead``
+    (:func:`.dflash_export.load_dflash_export`: its layer ids are in its config).
     """
     path = Path(path)
     if path.suffix == GGUF_SUFFIX:
@@ -202,6 +207,9 @@ def load_head(path: str | Path, *, target_config: Any = None, fused_layer_ids: l
         raise ValueError(f"{path / CONFIG_FILE}: expected the {layout} layout, found {found}")
     if found == "eaglehead":
         head = _from_ours(raw, path, map_location)
+    elif dflash_layout(raw) is not None:
+        head = load_dflash_export(raw, path, target_config=target_config, fused_layer_ids=fused_layer_ids,
+                                  target_name_or_path=target_name_or_path, map_location=map_location)
     else:
         head = _from_engine_layout(raw, found, path, target_config, fused_layer_ids, target_name_or_path, map_location)
     if check and target_config is not None:

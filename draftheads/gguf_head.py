@@ -57,7 +57,7 @@ HOOKED_ARCHITECTURES = ("llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qw
                         "lfm2", "minimax-01", "minimax-m2", "deepseek4", "bailingmoe3", "nemotron_h", "muse-glimmer")
 # Hugging Face architectures whose llama.cpp conversion is one of the hooked architectures.
 # Mixtral converts to the llama architecture. Gemma 2/3, Qwen2, Phi-3, OLMo 2 and Granite convert to
-# architectures whose graph records no layer inputs: refused by name (see _target_facts).
+# architectures whose graph records no layer inputs: refused by name (see target_facts).
 HF_TO_GGUF_ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "MixtralForCausalLM": "llama",
                    "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe", "GptOssForCausalLM": "gpt-oss"}
 # Our parameter names -> llama.cpp's tensor names.
@@ -97,7 +97,7 @@ def export_gguf(head: Eagle3Head, out_path: str | Path, *, target: str | Path, d
     if out.exists() and not overwrite:
         raise GGUFExportError(f"out_path {out} exists; pass overwrite=True to replace it")
     _check_head(head)
-    facts = _target_facts(target)
+    facts = target_facts(target)
     _check_against_target(head.config, facts)
     kv = _head_kv(head, facts, dtype, name)
     tensors = _head_tensors(head, dtype)
@@ -136,34 +136,32 @@ def _check_head(head: Eagle3Head) -> None:
         raise GGUFExportError("head: its weights are on the meta device; materialise them first")
 
 
-def _target_facts(target: str | Path) -> dict[str, Any]:
-    """Architecture, layer count, width, vocabulary size and tokenizer keys of a GGUF or HF target."""
+def target_facts(target: str | Path, *, error: type[ValueError] = GGUFExportError,
+                 drafter: str = "EAGLE-3") -> dict[str, Any]:
+    """Architecture, layer count, width, vocabulary size and tokenizer keys of a GGUF or HF target; ``error`` is
+    raised (naming the ``drafter`` llama.cpp would run) when they cannot be read or llama.cpp cannot tap it."""
     path = Path(target)
     if path.is_file():
         try:
             t = read_target_gguf(path, "target")
         except GGUFError as err:
-            raise GGUFExportError(str(err)) from err
+            raise error(str(err)) from err
         return {"source": f"target {path}", "arch": t.architecture, "layers": t.block_count,
                 "hidden": t.hidden_size, "vocab": t.vocab_size, "tokenizer": t.tokenizer}
-    if path.is_dir() and (path / "config.json").is_file():
-        return _hf_target_facts(path)
-    raise GGUFExportError(f"target {path}: expected a .gguf file or a Hugging Face model directory (config.json)")
-
-
-def _hf_target_facts(path: Path) -> dict[str, Any]:
+    if not (path.is_dir() and (path / "config.json").is_file()):
+        raise error(f"target {path}: expected a .gguf file or a Hugging Face model directory (config.json)")
     from transformers import AutoConfig, AutoTokenizer
 
     cfg = AutoConfig.from_pretrained(path)
     hf_arch = (getattr(cfg, "architectures", None) or ["?"])[0]
     arch = HF_TO_GGUF_ARCH.get(hf_arch)
     if arch is None:
-        raise GGUFExportError(f"target {path}: architecture {hf_arch!r} is not one llama.cpp's EAGLE-3 drafter can "
-                              f"tap (it converts to none of {list(HOOKED_ARCHITECTURES)})")
+        raise error(f"target {path}: architecture {hf_arch!r} is not one llama.cpp's {drafter} drafter can "
+                    f"tap (it converts to none of {list(HOOKED_ARCHITECTURES)})")
     try:
         tokenizer = tokenizer_kv(AutoTokenizer.from_pretrained(path), cfg.vocab_size)
     except GGUFError as err:
-        raise GGUFExportError(f"target {path}: {err}") from err
+        raise error(f"target {path}: {err}") from err
     return {"source": f"target {path / 'config.json'}", "arch": arch, "layers": cfg.num_hidden_layers,
             "hidden": cfg.hidden_size, "vocab": cfg.vocab_size, "tokenizer": tokenizer}
 
@@ -190,17 +188,12 @@ def _value_types():
     return gguf.GGUFValueType
 
 
-def _head_kv(head: Eagle3Head, facts: dict[str, Any], dtype: str, name: str | None) -> dict[str, KV]:
-    cfg, T, a = head.config, _value_types(), ARCH
+def layer_kv(a: str, cfg: Any, dtype: str, block_count: int) -> dict[str, KV]:
+    """The keys every llama.cpp drafter of ours writes alike: sizes, attention, RoPE (linear scaling; dynamic NTK
+    below max_position_embeddings is plain RoPE, which llama.cpp computes), file type; ``a`` is the architecture."""
+    T = _value_types()
     kv: dict[str, KV] = {
-        f"{a}.target_layers": ([int(i) for i in cfg.fused_layer_ids], T.ARRAY, T.INT32),
-        f"{a}.target_hidden_size": (cfg.target_hidden_size, T.UINT32, None),
-        f"{a}.norm_before_residual": (bool(cfg.norm_before_residual), T.BOOL, None),
-        f"{a}.norm_before_fc": (False, T.BOOL, None),
-        "general.type": ("model", T.STRING, None),
-        "general.name": (name or f"eaglehead EAGLE-3 head for {cfg.target_name_or_path or 'its target'}",
-                         T.STRING, None),
-        f"{a}.block_count": (1, T.UINT32, None),
+        f"{a}.block_count": (block_count, T.UINT32, None),
         f"{a}.context_length": (cfg.max_position_embeddings, T.UINT32, None),
         f"{a}.embedding_length": (cfg.hidden_size, T.UINT32, None),
         f"{a}.feed_forward_length": (cfg.intermediate_size, T.UINT32, None),
@@ -215,10 +208,24 @@ def _head_kv(head: Eagle3Head, facts: dict[str, Any], dtype: str, name: str | No
         f"{a}.rope.dimension_count": (cfg.head_dim, T.UINT32, None),
         "general.quantization_version": (2, T.UINT32, None),
     }
-    # dynamic NTK below max_position_embeddings is plain RoPE (eagle3.rope_frequencies), which llama.cpp computes.
     if (cfg.rope_scaling or {}).get("rope_type") == "linear":  # llama3 scaling travels as rope_freqs
         kv[f"{a}.rope.scaling.type"] = ("linear", T.STRING, None)
         kv[f"{a}.rope.scaling.factor"] = (float(cfg.rope_scaling["factor"]), T.FLOAT32, None)
+    return kv
+
+
+def _head_kv(head: Eagle3Head, facts: dict[str, Any], dtype: str, name: str | None) -> dict[str, KV]:
+    cfg, T, a = head.config, _value_types(), ARCH
+    kv: dict[str, KV] = {
+        f"{a}.target_layers": ([int(i) for i in cfg.fused_layer_ids], T.ARRAY, T.INT32),
+        f"{a}.target_hidden_size": (cfg.target_hidden_size, T.UINT32, None),
+        f"{a}.norm_before_residual": (bool(cfg.norm_before_residual), T.BOOL, None),
+        f"{a}.norm_before_fc": (False, T.BOOL, None),
+        "general.type": ("model", T.STRING, None),
+        "general.name": (name or f"eaglehead EAGLE-3 head for {cfg.target_name_or_path or 'its target'}",
+                         T.STRING, None),
+        **layer_kv(a, cfg, dtype, 1),
+    }
     kv.update(facts["tokenizer"])
     kv["eaglehead.head_type"] = (head.head_type, T.STRING, None)
     kv["eaglehead.config"] = (json.dumps(cfg.to_dict(), sort_keys=True), T.STRING, None)

@@ -1,5 +1,6 @@
 """llama.cpp as an evaluation engine: methods ``llamacpp`` (plain), ``llamacpp-eagle3`` (the ``--draft``
-head exported to GGUF, llama.cpp's EAGLE-3 drafter) and ``llamacpp-ngram`` (its ``ngram-simple`` lookup),
+head exported to GGUF, llama.cpp's EAGLE-3 drafter), ``llamacpp-dflash`` (the ``--dflash`` block drafter exported
+to GGUF, llama.cpp's ``draft-dflash``) and ``llamacpp-ngram`` (its ``ngram-simple`` lookup),
 run through :mod:`eaglehead.builtin.llamacpp` on the same token ids as the torch methods, each server in a
 child process (:class:`LlamaCppProcess`: in this process llama.cpp's OpenMP threads would slow every torch
 method about 2x, see that module).
@@ -13,7 +14,8 @@ Usage (``run_eval`` does this when a llama.cpp method is planned)::
 
 What runs: the target GGUF as-is (``--llamacpp-dtype as-is``) or a float32/float16 copy written from it
 (``float_gguf_path``; float32 is the model the torch methods run, dequantized the same way). The head GGUF
-is exported from ``--draft`` into ``OUT/llamacpp/`` (``--llamacpp-head-dtype``, float16 by default). One
+is exported from ``--draft`` into ``OUT/llamacpp/`` (``--llamacpp-head-dtype``, float16 by default), the DFlash
+drafter from ``--dflash`` beside it (same dtype; every draft length must fit its block, ``block_size - 1``). One
 server per (method, draft length), started on first use (the weights are memory-mapped, so servers share
 them); draft length 0 is the plain server. Threads: ``--threads``, default ``torch.get_num_threads()``.
 
@@ -33,8 +35,8 @@ from typing import Any
 
 import torch
 
-from eaglehead.builtin.llamacpp import (XLLAMACPP_VERSION, Eagle3Draft, LlamaCppError, LlamaCppProcess,
-                                        NgramDraft)
+from eaglehead.builtin.llamacpp import (XLLAMACPP_VERSION, DFlashDraft, Eagle3Draft, LlamaCppError,
+                                        LlamaCppProcess, NgramDraft)
 from eaglehead.decode import SamplingConfig
 
 from .engine_result import EngineResult
@@ -56,8 +58,9 @@ class LlamaCppEngines:
     """The llama.cpp servers of one evaluation (module docstring)."""
 
     def __init__(self, model_path: Path, *, threads: int, n_ctx: int, tok, eos: set[int], head_path: Path | None,
-                 describe: dict[str, Any]):
+                 describe: dict[str, Any], dflash_path: Path | None = None):
         self.model_path, self.head_path, self.threads, self.n_ctx = model_path, head_path, threads, n_ctx
+        self.dflash_path = dflash_path
         self.tok, self.eos = tok, set(eos)
         self.description = describe
         self._servers: dict[tuple[str, int], LlamaCppProcess] = {}
@@ -73,14 +76,23 @@ class LlamaCppEngines:
             checkpoint, option = ((plan.drafts["llamacpp-eagle3"], "--llamacpp-draft") if own
                                   else (plan.drafts["eagle3"], "--draft"))
             head = _export_head(checkpoint, option, model, Path(plan.out) / "llamacpp", plan.llamacpp_head_dtype)
+        dflash = None
+        if "llamacpp-dflash" in plan.methods:
+            dflash = _export_dflash(plan.drafts["dflash"], model, Path(plan.out) / "llamacpp",
+                                    plan.llamacpp_head_dtype, [n for n in plan.axis("llamacpp-dflash") if n])
         threads = plan.threads or torch.get_num_threads()
         n_ctx = 256 * -(-(n_ctx + 32) // 256)  # + room for one round's drafts, in whole 256-token pages
         describe = {"xllamacpp": XLLAMACPP_VERSION, "source_gguf": str(source), "model_gguf": str(model),
                     "model_dtype": plan.llamacpp_dtype, "head_gguf": None if head is None else str(head),
                     "head_dtype": plan.llamacpp_head_dtype if head else None,
-                    "head_checkpoint": checkpoint if head else None, "threads": threads, "n_ctx": n_ctx,
+                    "head_checkpoint": checkpoint if head else None,
+                    "dflash_gguf": None if dflash is None else str(dflash),
+                    "dflash_dtype": plan.llamacpp_head_dtype if dflash else None,
+                    "dflash_checkpoint": plan.drafts.get("dflash") if dflash else None,
+                    "threads": threads, "n_ctx": n_ctx,
                     "ngram_match": NGRAM_MATCH, "stream": True, "process": "child"}
-        return cls(model, threads=threads, n_ctx=n_ctx, tok=tok, eos=eos, head_path=head, describe=describe)
+        return cls(model, threads=threads, n_ctx=n_ctx, tok=tok, eos=eos, head_path=head, describe=describe,
+                   dflash_path=dflash)
 
     def server(self, method: str, n_max: int) -> LlamaCppProcess:
         """The server of ``method`` drafting ``n_max`` tokens (0 or ``llamacpp``: the plain one)."""
@@ -90,6 +102,8 @@ class LlamaCppEngines:
             draft: dict[str, Any] = {}
             if kind == "llamacpp-eagle3":
                 draft["eagle3"] = Eagle3Draft(self.head_path, n_max=int(n_max))
+            elif kind == "llamacpp-dflash":
+                draft["dflash"] = DFlashDraft(self.dflash_path, n_max=int(n_max))
             elif kind == "llamacpp-ngram":
                 draft["ngram"] = NgramDraft(size_n=NGRAM_MATCH, size_m=int(n_max))
             self._servers[key] = LlamaCppProcess(self.model_path, threads=self.threads, n_ctx=self.n_ctx, **draft)
@@ -153,6 +167,31 @@ def _export_head(draft: str, option: str, target_gguf: Path, out_dir: Path, dtyp
         hint = ("; give llamacpp-eagle3 a plain EAGLE-3 head of this target with --llamacpp-draft"
                 if option == "--draft" else "")
         raise ValueError(f"{option} {draft!r}: cannot run in llama.cpp ({err}){hint}") from None
+
+
+def _export_dflash(draft: str, target_gguf: Path, out_dir: Path, dtype: str, draft_lengths: list[int]) -> Path:
+    """``--dflash`` as the DFlash GGUF llama.cpp loads, written into ``out_dir`` (replaced every launch, as the
+    EAGLE-3 head); every draft length must fit its block (llama.cpp would clamp it to ``block_size - 1``)."""
+    from eaglehead.draftheads.checkpoint import load_head
+    from eaglehead.draftheads.dflash import DFlashHead
+    from eaglehead.draftheads.dflash_gguf import DFlashGGUFError, export_dflash_gguf
+
+    try:
+        head = load_head(draft)
+    except ValueError as err:
+        raise ValueError(f"--dflash {draft!r}: {err}") from None
+    if not isinstance(head, DFlashHead):
+        raise ValueError(f"--dflash {draft!r}: a {type(head).__name__}, not a DFlash drafter")
+    too_long = [n for n in draft_lengths if n > head.config.block_size - 1]
+    if too_long:
+        raise ValueError(f"--gamma {too_long}: the --dflash drafter (block size {head.config.block_size}) drafts at "
+                         f"most {head.config.block_size - 1} tokens a round in llama.cpp")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return export_dflash_gguf(head, out_dir / f"dflash-{dtype}.gguf", target=target_gguf, dtype=dtype,
+                                  overwrite=True)
+    except DFlashGGUFError as err:
+        raise ValueError(f"--dflash {draft!r}: cannot run in llama.cpp ({err})") from None
 
 
 def held_back_times(tokens: list[int], chunk_times: list[float], tok, method: str) -> list[float]:

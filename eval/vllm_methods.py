@@ -1,6 +1,8 @@
 """vLLM as an evaluation engine: methods ``vllm`` (plain), ``vllm-eagle3`` (the ``--draft`` head exported into
-the layout ``--vllm-head-format`` names, vLLM's EAGLE-3 proposer) and ``vllm-ngram`` (vLLM's n-gram prompt
-lookup), on the same token ids as the torch methods, each configuration a server of its own
+the layout ``--vllm-head-format`` names, vLLM's EAGLE-3 proposer), ``vllm-ngram`` (vLLM's n-gram prompt
+lookup) and ``vllm-dflash`` (the ``--dflash`` block drafter exported in z-lab's layout, vLLM's DFlash proposer:
+it queries ``1 + n`` block slots where our loop always runs the whole block, so the two draft alike at
+``n = block_size - 1``), on the same token ids as the torch methods, each configuration a server of its own
 (:class:`eaglehead.engines.VllmServer`: vLLM's OpenAI server in its own venv, a child process on 127.0.0.1).
 
 Usage (``run_eval`` does this when a vLLM method is planned)::
@@ -85,9 +87,10 @@ class VllmEngines:
 
     def __init__(self, model_dir: str, *, dtype: str, max_model_len: int, threads: int, eos: set[int],
                  head_dir: Path | None, python: str | None, enforce_eager: bool, log_dir: Path,
-                 describe: dict[str, Any]):
+                 describe: dict[str, Any], dflash_dir: Path | None = None):
         self.model_dir, self.dtype, self.max_model_len, self.threads = model_dir, dtype, max_model_len, threads
         self.eos, self.head_dir, self.python, self.enforce_eager = sorted(eos), head_dir, python, enforce_eager
+        self.dflash_dir = dflash_dir
         self.log_dir, self.description = log_dir, describe
         self._servers: dict[tuple[str, int], VllmServer] = {}
 
@@ -98,23 +101,27 @@ class VllmEngines:
         log_dir = Path(plan.out) / "vllm"
         log_dir.mkdir(parents=True, exist_ok=True)
         model_dir = resolve_target(plan.target, plan.dtype)
-        head = None
+        head = dflash = None
         if "vllm-eagle3" in plan.methods:
             head = export_head(plan.drafts["eagle3"], plan.vllm_head_format, log_dir, max(plan.gammas))
+        if "vllm-dflash" in plan.methods:
+            dflash = export_dflash_drafter(plan.drafts["dflash"], log_dir, [n for n in plan.axis("vllm-dflash") if n])
         threads = plan.threads or torch.get_num_threads()
         max_model_len = 256 * -(-(max_model_len + 32) // 256)  # + room for one round's drafts, whole pages
         describe = {"vllm": VLLM_VERSION, "model_dir": str(model_dir), "dtype": plan.dtype,
                     "head_dir": None if head is None else str(head), "head_format": plan.vllm_head_format if head else None,
                     "head_checkpoint": plan.drafts.get("eagle3") if head else None, "threads": threads,
+                    "dflash_dir": None if dflash is None else str(dflash), "dflash_layout": "zlab" if dflash else None,
+                    "dflash_checkpoint": plan.drafts.get("dflash") if dflash else None,
                     "max_model_len": max_model_len, "ngram_match": NGRAM_MATCH, "enforce_eager": plan.vllm_enforce_eager,
                     "kv_cache_gib": KV_CACHE_GIB, "stream": True, "process": "child",
                     "batching": "a batch of B rows = B concurrent requests (continuous batching)"}
         return cls(model_dir, dtype=plan.dtype, max_model_len=max_model_len, threads=threads, eos=eos,
-                   head_dir=head, python=plan.vllm_python, enforce_eager=plan.vllm_enforce_eager, log_dir=log_dir,
+                   head_dir=head, dflash_dir=dflash, python=plan.vllm_python, enforce_eager=plan.vllm_enforce_eager, log_dir=log_dir,
                    describe=describe)
 
     def server(self, method: str, n: int) -> VllmServer:
-        spec = speculative_config(method, n, self.head_dir)
+        spec = speculative_config(method, n, self.dflash_dir if method == "vllm-dflash" else self.head_dir)
         key = ("vllm", 0) if spec is None else (method, int(n))
         if key not in self._servers:
             name = key[0] if spec is None else f"{key[0]}-{key[1]}"
@@ -163,11 +170,14 @@ class VllmEngines:
 
 
 def speculative_config(method: str, n: int, head_dir: str | Path | None = None) -> dict | None:
-    """vLLM's ``--speculative-config`` of ``method`` drafting ``n`` tokens (None: plain decoding)."""
+    """vLLM's ``--speculative-config`` of ``method`` drafting ``n`` tokens (None: plain decoding); ``head_dir``:
+    the exported EAGLE-3 head (``vllm-eagle3``) or DFlash drafter (``vllm-dflash``)."""
     if method == "vllm" or not n:
         return None
     if method == "vllm-eagle3":
         return {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": int(n)}
+    if method == "vllm-dflash":
+        return {"method": "dflash", "model": str(head_dir), "num_speculative_tokens": int(n)}
     if method == "vllm-ngram":
         return {"method": "ngram", "num_speculative_tokens": int(n), "prompt_lookup_max": NGRAM_MATCH,
                 "prompt_lookup_min": 1}
@@ -189,3 +199,23 @@ def export_head(draft: str, fmt: str, out_dir: Path, speculative_tokens: int) ->
         raise ValueError(f"--draft {draft!r}: cannot export for vLLM as {fmt} ({err}); try --vllm-head-format "
                          f"{'eagle3' if fmt == 'speculators' else 'speculators'}") from None
 
+
+
+def export_dflash_drafter(draft: str, out_dir: Path, draft_lengths: list[int]) -> Path:
+    """``--dflash`` as vLLM's DFlash proposer loads it (z-lab's layout), written into ``out_dir`` (replaced every
+    launch); every draft length must fit in its block (vLLM would otherwise query more slots than it was trained
+    on)."""
+    from eaglehead.draftheads.checkpoint import load_head
+    from eaglehead.draftheads.dflash import DFlashHead
+    from eaglehead.draftheads.dflash_export import export_dflash, vllm_speculative_config
+
+    dst = out_dir / "dflash-zlab"
+    try:
+        head = load_head(draft)
+        if not isinstance(head, DFlashHead):
+            raise ValueError(f"a {type(head).__name__}, not a DFlash drafter")
+        for n in draft_lengths:
+            vllm_speculative_config(dst, head.config.block_size, n)
+        return Path(export_dflash(head, dst, overwrite=True))
+    except ValueError as err:
+        raise ValueError(f"--dflash {draft!r}: cannot run as vllm-dflash ({err})") from None

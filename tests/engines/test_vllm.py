@@ -8,6 +8,15 @@ bound: the tapped layers off by one, and the EAGLE 3.1 head without its ``fc_nor
 they are set). The eval's ``vllm-ngram`` configuration runs here too; the speculators layout of the EAGLE 3.1 head
 runs through ``eaglehead eval`` in ``tests/eval/test_vllm_eval.py``.
 
+The shipped DFlash block drafter (``builtin/assets/smollm2_dflash``) runs as vLLM's ``"method": "dflash"`` in both
+export layouts (z-lab's and speculators'), drafting ``block_size - 1`` tokens a round (the only length at which
+vLLM's block of ``1 + n`` slots is the drafter's whole block). It is still weak (tau ~1.2, every acceptance at
+the first slot), and a broken export barely moves its tau: the target layers one higher measured 18 accepted
+against 16 (tau 1.240 vs 1.208, inside the bound), the block run causally 15. So the DFlash parity is exact on the
+accepted-token count, and the tokens-per-round bound is checked beside it. vLLM counts one more draft round per
+request than our loop (77 against 74 at 32 tokens, 2026-12-06): the proposal made after the request's last
+verification, never verified, which accepts nothing; accepted tokens are compared, not rounds.
+
 Cost: all the configurations run in one vLLM process, in sequence (``OfflineJob``, started at collection by
 ``tests/conftest.py`` so that it overlaps the tests before this module: 16-18 s a start, eager, on 2
 cores; a server is 22-44 s a start), once per test session: ~155 s for vLLM and ~20 s for our loop (2026-12-05,
@@ -26,13 +35,16 @@ from safetensors.torch import load_file, save_file
 
 from eaglehead.builtin.models import resolve_target
 from eaglehead.decode.eagle import load_eagle_drafter
+from eaglehead.decode.dflash import load_dflash_drafter
 from eaglehead.draftheads.checkpoint import export_eagle3, load_head
+from eaglehead.draftheads.dflash_export import export_dflash, vllm_speculative_config
 from eaglehead.engines import INSTALL_COMMAND, OfflineJob, VllmMissing, parse_spec_counters, vllm_python
 from eaglehead.eval.vllm_methods import speculative_config
 from tests.builtin.llamacpp_support import (ASSETS, BUDGET, GAMMA, assert_no_near_tie, smollm2, smollm2_prompts,
                                             torch_loop, workdir)
 
 HEADS = {"plain": ASSETS / "smollm2_eagle3_plain", "eagle31": ASSETS / "smollm2_eagle3"}
+DFLASH = ASSETS / "smollm2_dflash"
 TAU_TOLERANCE = 0.05  # the issue's bound; one accepted token moves tau by ~0.013 here (3 prompts, ~75 rounds)
 
 
@@ -59,6 +71,11 @@ def _shift_layers(config: dict) -> None:
     inner["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in inner["eagle_aux_hidden_state_layer_ids"]]
 
 
+def _shift_dflash_layers(config: dict) -> None:
+    ids = config["dflash_config"]["target_layer_ids"]
+    config["dflash_config"]["target_layer_ids"] = [i + 1 for i in ids]
+
+
 def _drop_norm_keys(config: dict) -> None:
     assert config.pop("fc_norm") is True and config.pop("norm_output") is True  # the 3.1 head sets both
 
@@ -70,7 +87,15 @@ def configurations() -> list[dict]:
     e31 = export_eagle3(load_head(HEADS["eagle31"]), out / "eagle31-eagle3", overwrite=True)
     shifted = _edit_export(plain, out / "plain-layers-off-by-one", _shift_layers)
     no_norms = _edit_export(e31, out / "eagle31-no-norms", _drop_norm_keys, drop_weights="fc_norm")
+    dflash = load_head(DFLASH)
+    block = dflash.config.block_size  # drafts block - 1 a round
+    zlab = export_dflash(dflash, out / "dflash-zlab", overwrite=True)
+    spec_layout = export_dflash(dflash, out / "dflash-speculators", layout="speculators", overwrite=True)
+    dflash_plus_one = _edit_export(zlab, out / "dflash-layers-plus-one", _shift_dflash_layers)
     return [{"name": "vanilla", "speculative": None},
+            {"name": "dflash_zlab", "speculative": vllm_speculative_config(zlab, block)},
+            {"name": "dflash_speculators", "speculative": vllm_speculative_config(spec_layout, block)},
+            {"name": "dflash_layers_plus_one", "speculative": vllm_speculative_config(dflash_plus_one, block)},
             {"name": "plain", "speculative": _spec(plain)},
             {"name": "eagle31", "speculative": _spec(e31)},
             {"name": "ngram", "speculative": speculative_config("vllm-ngram", GAMMA)},  # eval's vllm-ngram
@@ -166,3 +191,32 @@ def test_parity_check_catches_a_broken_export(vllm_runs, name, head):
     assert run.outputs == vanilla.outputs
     tau, tau_ours = run.counters.tokens_per_round, ours(head)[1]
     assert abs(tau - tau_ours) > TAU_TOLERANCE, f"{name}: vLLM {tau:.3f} vs ours {tau_ours:.3f} within the bound"
+
+
+@cache
+def ours_dflash():
+    """Our loop with the shipped DFlash drafter, drafting block_size - 1 a round: (outputs, accepted, rounds)."""
+    model, tok = smollm2()
+    drafter = lambda: load_dflash_drafter(str(DFLASH), model)  # noqa: E731 (a fresh drafter cache a prompt)
+    outputs, accepted, rounds = [], 0, 0
+    for prompt in smollm2_prompts():
+        out, a, r = torch_loop(model, tok, drafter(), [prompt], load_head(DFLASH).config.block_size - 1, BUDGET)
+        outputs, accepted, rounds = outputs + out, accepted + a, rounds + r
+    return outputs, accepted, rounds
+
+
+@pytest.mark.parametrize("name", ["dflash_zlab", "dflash_speculators"])
+def test_shipped_dflash_drafter_matches_our_loop_in_vllm(vllm_runs, name):
+    vanilla, run = vllm_runs["vanilla"], vllm_runs[name]
+    outputs, accepted, rounds = ours_dflash()
+    assert run.outputs == vanilla.outputs == outputs
+    assert run.counters.drafts >= rounds > 0 and run.counters.accepted > 0
+    assert run.counters.accepted == accepted, f"{name}: vLLM accepted {run.counters.accepted}, our loop {accepted}"
+    tau, tau_ours = run.counters.tokens_per_round, 1.0 + accepted / rounds
+    assert abs(tau - tau_ours) <= TAU_TOLERANCE, f"vLLM tokens per round {tau:.3f} vs our tau {tau_ours:.3f}"
+
+
+def test_dflash_parity_catches_target_layers_off_by_one(vllm_runs):
+    run, vanilla = vllm_runs["dflash_layers_plus_one"], vllm_runs["vanilla"]
+    assert run.outputs == vanilla.outputs
+    assert run.counters.accepted != ours_dflash()[1], "layers one higher accept as many as the right export"

@@ -22,6 +22,7 @@ from eaglehead.eval.runner import run_eval
 from tests.eval.test_runner import _args, workspace  # noqa: F401  (the tiny HF target for the error paths)
 
 HEAD = str(llamacpp_head(Path("builtin/assets")))  # the shipped EAGLE-3 head llama.cpp can run
+DFLASH = "builtin/assets/smollm2_dflash"  # the shipped DFlash drafter
 # MT-bench first turns (writing-free: roleplay, math, coding) on which the float32 GGUF's EAGLE-3 outputs
 # equal plain llama.cpp's (measured): a near-tie that flips a greedy token changes the rest of the text and
 # so the acceptance, which is not what the tau comparison below is about.
@@ -225,3 +226,37 @@ def test_an_eagle31_draft_needs_a_plain_head_for_llamacpp_and_llamacpp_draft_giv
                               "--llamacpp-draft", HEAD, "--methods", "vanilla,llamacpp-eagle3", "--out",
                               str(tmp_path / "c"), "--device", "cpu", "--tune-fraction", "0"])
     assert plan_from_args(args).drafts == {"eagle3": HEAD, "llamacpp-eagle3": HEAD}
+
+
+def test_llamacpp_dflash_exports_the_dflash_drafter_and_drafts_with_it(first_turns, tmp_path):
+    """``llamacpp-dflash``: ``--dflash`` exported into OUT/llamacpp and run by llama.cpp's draft-dflash (exact
+    greedy output, rounds that drafted); a draft length past the block and a drafter that is not DFlash are
+    refused by option name. The parity with our loop is tests/builtin/test_llamacpp_dflash.py's."""
+    import torch
+
+    from eaglehead.decode import SamplingConfig
+    from eaglehead.eval.llamacpp_engine import LlamaCppEngines
+    from tests.builtin.llamacpp_support import smollm2_prompts
+
+    methods = ["vanilla", "llamacpp", "llamacpp-dflash"]
+    plan = _plan(first_turns, tmp_path / "a", methods=methods, drafts={"dflash": DFLASH}, gammas=(15,),
+                 llamacpp_dtype="float32", llamacpp_head_dtype="float32")
+    engines = LlamaCppEngines.for_plan(plan, None, set(), n_ctx=256)
+    try:
+        assert engines.dflash_path == tmp_path / "a" / "llamacpp" / "dflash-float32.gguf"
+        assert engines.dflash_path.is_file() and engines.head_path is None
+        assert engines.description["dflash_checkpoint"] == DFLASH and engines.description["dflash_dtype"] == "float32"
+        ids = torch.tensor([smollm2_prompts()[0]])
+        greedy = dict(sampling=SamplingConfig(temperature=0), max_new=16, seed=0)
+        plain = engines.generate("llamacpp", 0, ids, torch.ones_like(ids), **greedy)
+        dflash = engines.generate("llamacpp-dflash", 15, ids, torch.ones_like(ids), **greedy)
+        assert dflash.tokens == plain.tokens and dflash.engine_stats["n_max"] == 15
+        assert dflash.engine_stats["draft_rounds"] > 0 and dflash.engine_stats["drafted"] > 0
+    finally:
+        engines.close()
+    too_long = _plan(first_turns, tmp_path / "b", methods=methods, drafts={"dflash": DFLASH}, gammas=(16,))
+    with pytest.raises(ValueError, match=r"--gamma \[16\]: the --dflash drafter \(block size 16\) drafts at most 15"):
+        LlamaCppEngines.for_plan(too_long, None, set(), n_ctx=64)
+    eagle = _plan(first_turns, tmp_path / "c", methods=methods, drafts={"dflash": HEAD}, gammas=(3,))
+    with pytest.raises(ValueError, match=r"--dflash .*: a Eagle3Head, not a DFlash drafter"):
+        LlamaCppEngines.for_plan(eagle, None, set(), n_ctx=64)

@@ -137,3 +137,45 @@ def test_more_servers_than_memory_holds_are_refused_before_loading(prompts, tmp_
 def test_vllm_eagle3_needs_a_draft(prompts, tmp_path):
     with pytest.raises(ValueError, match="--methods vllm-eagle3 needs --draft"):
         _plan(prompts, tmp_path / "out", methods=["vllm-eagle3"], drafts={})
+
+
+def _tiny_dflash(tmp_path):
+    """A DFlash drafter (block 5) of a 4-layer target, saved in our layout."""
+    from transformers import LlamaConfig
+
+    from eaglehead.draftheads.checkpoint import save_pretrained
+    from eaglehead.draftheads.dflash import DFlashConfig, DFlashHead
+
+    target = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=64)
+    cfg = DFlashConfig.from_target_config(target, mask_token_id=5, fused_layer_ids=[1, 2, 3], block_size=5)
+    return save_pretrained(DFlashHead(cfg), tmp_path / "dflash")
+
+
+def test_vllm_dflash_exports_its_drafter_and_serves_it(tmp_path, monkeypatch):
+    """``vllm-dflash``: the ``--dflash`` drafter exported in z-lab's layout (vLLM's run of it is proven in
+    ``tests/engines/test_vllm.py``), its speculative config naming it, and the engines serving each method's own
+    drafter; draft lengths past the block and a drafter of another kind refused by name."""
+    from pathlib import Path
+
+    from eaglehead.draftheads.checkpoint import head_layout
+
+    src = str(_tiny_dflash(tmp_path))
+    out = vllm_methods.export_dflash_drafter(src, tmp_path / "vllm", [2, 4])
+    assert head_layout(out) == "dflash" and out == tmp_path / "vllm" / "dflash-zlab"
+    assert vllm_methods.speculative_config("vllm-dflash", 4, out) == {
+        "method": "dflash", "model": str(out), "num_speculative_tokens": 4}
+    assert vllm_methods.speculative_config("vllm-dflash", 0, out) is None  # draft length 0: the plain server
+    with pytest.raises(ValueError, match=r"--dflash .*num_speculative_tokens=5: .* drafts 1..4 tokens"):
+        vllm_methods.export_dflash_drafter(src, tmp_path / "vllm", [5])
+    with pytest.raises(ValueError, match="Eagle3Head, not a DFlash drafter"):
+        vllm_methods.export_dflash_drafter(HEAD, tmp_path / "other", [3])
+    started = []
+    monkeypatch.setattr(vllm_methods, "VllmServer", lambda model, speculative=None, **kw: started.append(speculative))
+    engines = vllm_methods.VllmEngines("target", dtype="float32", max_model_len=256, threads=1, eos=set(),
+                                       head_dir=Path("eagle3-head"), python=None, enforce_eager=True,
+                                       log_dir=tmp_path, describe={}, dflash_dir=out)
+    engines.server("vllm-dflash", 4)
+    engines.server("vllm-eagle3", 3)
+    assert [s["method"] for s in started] == ["dflash", "eagle3"]
+    assert [s["model"] for s in started] == [str(out), "eagle3-head"]
