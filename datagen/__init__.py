@@ -7,7 +7,7 @@
 Modules: :mod:`~eaglehead.datagen.config` (the data config), :mod:`~eaglehead.datagen.pipeline` (the
 stages and their shards), :mod:`~eaglehead.datagen.stream` (the in-process batched sampler),
 :mod:`~eaglehead.datagen.engines` (``regenerate.engine``: a running OpenAI-compatible server,
-``engine_openai``, or llama.cpp started by eaglehead, ``engine_llamacpp`` and its process ``llamacpp_server``;
+``engine_openai``, or llama.cpp started by eaglehead, ``engine_llamacpp`` (its process ``engines/llamacpp_server.py``);
 requests, retries and concurrency in ``engine_http``),
 :mod:`~eaglehead.datagen.chat_data` and :mod:`~eaglehead.datagen.task_prompts` (text: seed prompts,
 cleaning, overlap filter, shard files).

@@ -5,7 +5,7 @@
       llamacpp: {gguf: as-is, slots: 8}    # or gguf: float32 / float16: a float copy written from the file
 
 The server (the ``xllamacpp`` wheel: ``pip install 'eaglehead[llamacpp]'``) runs in a child process
-(:mod:`~eaglehead.datagen.llamacpp_server`) listening on 127.0.0.1 at a port the system picks, with ``slots``
+(:mod:`~eaglehead.engines.llamacpp_server`) listening on 127.0.0.1 at a port the system picks, with ``slots``
 sequences decoded together; requests go over HTTP as for :mod:`~eaglehead.datagen.engine_openai`, but to llama.cpp's
 own ``/completion``, which returns the sampled token ids themselves (exact). :meth:`LlamaCppEngine.close` (called on
 success, error and Ctrl-C) kills the process; if eaglehead itself is killed, the child goes too (it watches its stdin
@@ -13,7 +13,7 @@ and, on Linux, the kernel kills it with its parent). A child rather than the ser
 in-process server while a request is in flight can hang (its teardown waits for the request), a killed process
 cannot.
 
-``eaglehead.builtin.llamacpp`` serves one slot in process without a listener (single-request benchmarks); starting a
+``eaglehead.engines.llamacpp`` serves one slot in process without a listener (single-request benchmarks); starting a
 listening, multi-slot server is what this module adds (it uses that module's install hint).
 """
 
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from eaglehead.builtin.llamacpp import XLLAMACPP_VERSION, import_xllamacpp
+from eaglehead.engines.llamacpp import SERVER_SCRIPT, XLLAMACPP_VERSION, import_xllamacpp
 from eaglehead.builtin.packages import SMOLLM2
 from eaglehead.builtin.shipped import file_sha256
 from eaglehead.decode import SamplingConfig
@@ -37,7 +37,7 @@ from .engine_http import EngineError, JsonClient
 from .engine_openai import PLAIN_SAMPLING, OpenAIEngine
 
 HEALTHY_WITHIN_S = 120.0  # model loading; llama.cpp answers /health with 503 until it is done
-CHILD = Path(__file__).with_name("llamacpp_server.py")
+CHILD = SERVER_SCRIPT
 
 
 def gguf_file(target: str, file: str | None, gguf: str) -> Path:
@@ -63,7 +63,7 @@ def gguf_file(target: str, file: str | None, gguf: str) -> Path:
 
 
 class ServerProcess:
-    """The child process of one llama.cpp server (:mod:`~eaglehead.datagen.llamacpp_server`); :meth:`stop` kills it."""
+    """The child process of one llama.cpp server (:mod:`~eaglehead.engines.llamacpp_server`); :meth:`stop` kills it."""
 
     def __init__(self, spec: dict, within_s: float):
         import_xllamacpp()  # the install hint, here rather than in the child's error

@@ -7,7 +7,7 @@ OpenAI-compatible server, or llama.cpp started by eaglehead.
 :func:`open_engine` starts or connects, checks the server's tokenizer against the target's before any work, and
 stops a server it started on leaving (success, error or Ctrl-C). Modules: :mod:`.engine_http` (requests, retries,
 bounded concurrency), :mod:`.engine_openai` (any OpenAI-compatible server), :mod:`.engine_llamacpp` (the built-in
-one, whose process is :mod:`.llamacpp_server`), :mod:`.engine_vllm` (vLLM's CPU build, started likewise).
+one, whose process is :mod:`eaglehead.engines.llamacpp_server`), :mod:`.engine_vllm` (vLLM's CPU build, started likewise).
 """
 
 from __future__ import annotations

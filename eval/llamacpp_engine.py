@@ -1,7 +1,7 @@
 """llama.cpp as an evaluation engine: methods ``llamacpp`` (plain), ``llamacpp-eagle3`` (the ``--draft``
 head exported to GGUF, llama.cpp's EAGLE-3 drafter), ``llamacpp-dflash`` (the ``--dflash`` block drafter exported
 to GGUF, llama.cpp's ``draft-dflash``) and ``llamacpp-ngram`` (its ``ngram-simple`` lookup),
-run through :mod:`eaglehead.builtin.llamacpp` on the same token ids as the torch methods, each server in a
+run through :mod:`eaglehead.engines.llamacpp` on the same token ids as the torch methods, each server in a
 child process (:class:`LlamaCppProcess`: in this process llama.cpp's OpenMP threads would slow every torch
 method about 2x, see that module).
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from eaglehead.builtin.llamacpp import (XLLAMACPP_VERSION, DFlashDraft, Eagle3Draft, LlamaCppError,
+from eaglehead.engines.llamacpp import (XLLAMACPP_VERSION, DFlashDraft, Eagle3Draft, LlamaCppError,
                                         LlamaCppProcess, NgramDraft)
 from eaglehead.decode import SamplingConfig
 

@@ -103,7 +103,7 @@ def llamacpp_source(target: str) -> Path:
 def check_llamacpp(target: str) -> None:
     """Plan-time checks of the llama.cpp methods: the xllamacpp wheel (the error gives the pip command) and
     a GGUF ``--target``."""
-    from eaglehead.builtin.llamacpp import INSTALL_HINT, LlamaCppMissing, import_xllamacpp
+    from eaglehead.engines.llamacpp import INSTALL_HINT, LlamaCppMissing, import_xllamacpp
 
     try:
         import_xllamacpp()

@@ -1,8 +1,8 @@
 """Dependencies point one way: every module's imports, parsed with ``ast``, respect the layers.
 
 The rule table is :data:`LAYERS` below (the README's architecture section shows the same table): each
-package and the eaglehead packages it may import. ``builtin`` is the bottom, ``engines`` (servers as child
-processes) sits on it alone; the library (``draftheads``,
+package and the eaglehead packages it may import. ``builtin`` is the bottom, ``engines`` (vLLM and
+llama.cpp, in process or as child processes) sits on it alone; the library (``draftheads``,
 ``decode``, ``train``, ``eval``) sits on it; ``datagen``, ``pretrain``, ``diagnostics`` and ``demos`` are
 applications of the library; the top package (``cli/``: the command line only) may import anything, and
 nothing imports it.

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from eaglehead.builtin.gguf_target import float_gguf_path, write_llama_gguf
-from eaglehead.builtin.llamacpp import Completion, Eagle3Draft, LlamaCppServer
+from eaglehead.engines.llamacpp import Completion, Eagle3Draft, LlamaCppServer
 from eaglehead.builtin.packages import smollm2_gguf_path
 from eaglehead.demos.smollm2_assets import llamacpp_head
 from eaglehead.draftheads import Eagle3Config, Eagle3Head, build_draft_vocab

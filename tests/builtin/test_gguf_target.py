@@ -12,7 +12,7 @@ import pytest
 from eaglehead.builtin.gguf import GGUFError
 from eaglehead.builtin.gguf_target import (float_gguf_path, llama_permute, llama_unpermute, open_gguf,
                                            read_target_gguf, rewrite_gguf, write_float_gguf)
-from eaglehead.builtin.llamacpp import LlamaCppServer
+from eaglehead.engines.llamacpp import LlamaCppServer
 from eaglehead.builtin.packages import smollm2_gguf_path
 
 from tests.builtin.llamacpp_support import (BUDGET, THREADS, assert_no_near_tie, llamacpp_runs, smollm2, smollm2_f32,

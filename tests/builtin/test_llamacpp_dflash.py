@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from eaglehead.builtin.gguf_target import read_target_gguf, rewrite_gguf
-from eaglehead.builtin.llamacpp import DFlashDraft, Eagle3Draft, LlamaCppServer
+from eaglehead.engines.llamacpp import DFlashDraft, Eagle3Draft, LlamaCppServer
 from eaglehead.builtin.packages import smollm2_gguf_path
 from eaglehead.decode.dflash import load_dflash_drafter
 from eaglehead.draftheads.checkpoint import load_head
@@ -118,7 +118,7 @@ def _counts(runs):
 def test_dflash_gguf_matches_our_loop_in_llamacpp():
     assert _drafter_config().block_size - 1 == N_MAX
     model, _ = smollm2()
-    plain = llamacpp_runs(smollm2_f32(), None)  # BUDGET tokens, shared with test_llamacpp.py
+    plain = llamacpp_runs(smollm2_f32(), None)  # BUDGET tokens, shared with tests/engines/test_llamacpp.py
     assert BUDGET >= TOKENS
     dflash = _dflash_runs(_gguf(), smollm2_prompts())
     ours, counts, margin = _ours()

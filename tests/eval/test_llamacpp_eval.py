@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglehead.builtin.llamacpp import INSTALL_HINT
+from eaglehead.engines.llamacpp import INSTALL_HINT
 from eaglehead.builtin.packages import SMOLLM2, smollm2_gguf_path
 from eaglehead.demos.smollm2_assets import llamacpp_head
 from eaglehead.eval.engine_result import EngineResult

@@ -17,7 +17,7 @@ import pytest
 
 from eaglehead.builtin.corpus import heldout_excerpts
 from eaglehead.builtin.gguf_target import rewrite_gguf, write_llama_gguf
-from eaglehead.builtin.llamacpp import (INSTALL_HINT, Eagle3Draft, LlamaCppError, LlamaCppMissing, LlamaCppProcess,
+from eaglehead.engines.llamacpp import (INSTALL_HINT, Eagle3Draft, LlamaCppError, LlamaCppMissing, LlamaCppProcess,
                                         LlamaCppServer, NgramDraft, import_xllamacpp)
 from eaglehead.builtin.shipped import load_demo_target
 from eaglehead.decode.eagle import load_eagle_drafter
@@ -178,7 +178,7 @@ def test_the_child_server_dies_with_its_parent(demo):
     import time
 
     _, _, target, _, _ = demo
-    code = ("import sys, time\nfrom eaglehead.builtin.llamacpp import LlamaCppProcess\n"
+    code = ("import sys, time\nfrom eaglehead.engines.llamacpp import LlamaCppProcess\n"
             f"s = LlamaCppProcess({str(target)!r}, threads=1, n_ctx=256, warmup=False)\n"
             "print(s._proc.pid, flush=True)\ntime.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

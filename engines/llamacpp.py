@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Self
 
 XLLAMACPP_VERSION = "2026.10.11549"
+SERVER_SCRIPT = Path(__file__).with_name("llamacpp_server.py")  # the HTTP server child (datagen's engine)
 INSTALL_HINT = f"pip install 'eaglehead[llamacpp]'  (or: pip install xllamacpp=={XLLAMACPP_VERSION})"
 _ROUNDS_METRIC = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+([0-9.eE+]+)\s*$", re.MULTILINE)
 
@@ -276,7 +277,7 @@ class LlamaCppProcess:
         self._conn, child = Pipe()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from eaglehead.builtin.llamacpp import _child_main; _child_main()",
+            [sys.executable, "-c", "from eaglehead.engines.llamacpp import _child_main; _child_main()",
              str(child.fileno()), str(os.getpid())], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, env=env)
         child.close()
         try:

@@ -9,7 +9,7 @@ stdout, ``{"url": "http://127.0.0.1:N"}`` or ``{"error": "..."}``, then waits fo
 It cannot outlive its parent: the parent holds its stdin (closed when the parent exits, however it ends) and, on
 Linux, the kernel sends it SIGKILL when the parent dies (``PR_SET_PDEATHSIG``). It leaves with ``os._exit``: the
 server's own teardown waits for requests in flight and can hang when one is. It is a script, not a module of the
-package, so that it imports nothing but xllamacpp and ``eaglehead.builtin.llamacpp`` (standard library only) and
+package, so that it imports nothing but xllamacpp and ``eaglehead.engines.llamacpp`` (standard library only) and
 starts in a fraction of a second.
 """
 
@@ -20,7 +20,7 @@ import sys
 
 
 def main() -> None:
-    from eaglehead.builtin.llamacpp import die_with_parent  # standard library only: no torch
+    from eaglehead.engines.llamacpp import die_with_parent  # standard library only: no torch
 
     spec = json.loads(sys.argv[1])
     if not die_with_parent(spec["parent"]):
