@@ -149,8 +149,15 @@ class RegenerateConfig:
     openai: OpenAIEngineConfig = field(default_factory=OpenAIEngineConfig)
     llamacpp: LlamaCppEngineConfig = field(default_factory=LlamaCppEngineConfig)
     vllm: VllmEngineConfig = field(default_factory=VllmEngineConfig)
+    # Reasoning targets (Qwen3 and others whose chat template reads enable_thinking; datagen/thinking.py): null, the
+    # template's own default (nothing passed); true/false, passed to the template as enable_thinking wherever a
+    # conversation is rendered, for every engine. Refused for a template that never reads it. With true, keep
+    # max_new_tokens >= 1024 (the manifest warns otherwise): reasoning runs long and cut answers are counted
+    enable_thinking: bool | None = None
 
     def __post_init__(self):
+        if self.enable_thinking is not None and not isinstance(self.enable_thinking, bool):
+            raise ValueError(f"regenerate.enable_thinking: expected null, true or false, got {self.enable_thinking!r}")
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.shard_size < 1:
             raise ValueError("regenerate.max_new_tokens, batch_size and shard_size must be >= 1")
         if self.engine not in ENGINES:
@@ -237,7 +244,8 @@ def shard_defining(cfg: ChatDataConfig) -> dict:
 # they stay out of the saved config, so the directories remain valid. (The client settings of the engines are not
 # here: shard_defining drops them whatever their value.)
 ADDED_LATER = {("synthesis", "category_prompts"): 0, (None, "sampler"): "exponential-race",
-               ("regenerate", "engine"): "torch", ("synthesis", "task_prompts_version"): 1}
+               ("regenerate", "engine"): "torch", ("synthesis", "task_prompts_version"): 1,
+               ("regenerate", "enable_thinking"): None}
 
 
 def config_differences(saved: dict, now: dict) -> list[str]:

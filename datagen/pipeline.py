@@ -54,6 +54,7 @@ from .config import ChatDataConfig, config_differences, shard_defining
 from .engines import open_engine, request_seed
 from .stream import sample_stream
 from .task_prompts import category_task_prompts
+from .thinking import check_enable_thinking, template_kwargs, thinking_warnings
 from .workers import ShardJob, sample_in_workers
 
 SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
@@ -77,6 +78,9 @@ class _Target:
             self.model, self.tok = _tokenizer_only(cfg.target, cfg.dtype)
         if not self.tok.chat_template:
             raise ValueError(f"target {cfg.target!r}: its tokenizer has no chat template; chat data needs one")
+        check_enable_thinking(self.tok, cfg.regenerate.enable_thinking, cfg.target)
+        # regenerate.enable_thinking, passed to every render of a conversation (datagen/thinking.py)
+        self.template_kwargs = template_kwargs(cfg.regenerate.enable_thinking)
         turn_end = self._turn_end()
         self.eos = eos_token_ids(self.model, self.tok) | turn_end
         self.pad = pad_token_id(self.tok, self.eos)
@@ -92,12 +96,18 @@ class _Target:
 
     def user_prefix(self, messages: list[dict]) -> list[int]:
         """Token ids of ``messages`` followed by the opening of a user turn (Magpie's pre-query)."""
-        text = self.tok.apply_chat_template(messages + [{"role": "user", "content": SENTINEL}], tokenize=False)
+        text = self.tok.apply_chat_template(messages + [{"role": "user", "content": SENTINEL}], tokenize=False,
+                                            **self.template_kwargs)
         return self.tok(text.split(SENTINEL)[0], add_special_tokens=False)["input_ids"]
 
+    def assistant_text(self, messages: list[dict]) -> str:
+        """The prompt the target answers ``messages`` from, as text (``regenerate.enable_thinking`` passed)."""
+        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                            **self.template_kwargs)
+
     def assistant_prefix(self, messages: list[dict]) -> list[int]:
-        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tok(text, add_special_tokens=False)["input_ids"]
+        """Token ids of :meth:`assistant_text`: what every engine is sent (no engine renders a template)."""
+        return self.tok(self.assistant_text(messages), add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode([t for t in ids if t not in self.eos], skip_special_tokens=True).strip()
@@ -368,11 +378,14 @@ def run(cfg: ChatDataConfig, assemble_only: bool = False) -> dict:
         raise ValueError(f"{saved}: this output directory was started with another config (its shards would mix "
                          f"with this one's): {'; '.join(changed) or 'formatting only'}. Set those back to resume, "
                          "use a new out_dir, or delete the directory to start over")
-    saved.write_text(resolved)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    target = _Target(cfg, assemble_only)
+    target = _Target(cfg, assemble_only)  # refuses a target its settings do not fit before the directory is keyed
+    saved.write_text(resolved)
+    warnings = thinking_warnings(cfg.regenerate.enable_thinking, cfg.regenerate.max_new_tokens)
+    for line in warnings:
+        print(f"[datagen] warning: {line}", file=sys.stderr)
     # A server it started is stopped on leaving, error or Ctrl-C included; assembling starts none.
     with (contextlib.nullcontext() if assemble_only else open_engine(cfg, target)) as engine:
         target.engine = engine
@@ -384,7 +397,7 @@ def run(cfg: ChatDataConfig, assemble_only: bool = False) -> dict:
     cd.write_shard(path, [{"id": f"{cfg.id_prefix}-{i:06d}", "source": p["source"], "messages": c}
                           for i, (p, c) in enumerate(zip(prompts, convs))])
     manifest = {"file": path.name, "sha256": file_sha256(path), "conversations": len(convs), **stats,
-                "seconds_this_run": round(time.perf_counter() - t0, 1)}
+                "seconds_this_run": round(time.perf_counter() - t0, 1), **({"warnings": warnings} if warnings else {})}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
 

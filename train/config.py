@@ -7,8 +7,10 @@ The loader (typed YAML, unknown keys rejected, overrides) is :mod:`eaglehead.bui
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from .chat_rows import THINKING_MARKERS, check_flag, check_thinking_markers
 
 __all__ = ["DataConfig", "FeatureCacheConfig"]
 
@@ -33,6 +35,12 @@ class DataConfig:
     # rewrites earlier turns (Qwen3, GPT-OSS, DeepSeek-R1: train/chat_rows.py); whole: refuse such a template;
     # per_turn: always a row per assistant turn
     turn_rows: Literal["auto", "whole", "per_turn"] = "auto"
+    # Reasoning targets (train/chat_rows.py): false takes the loss off the thinking spans of assistant turns (from
+    # the opening marker through the closing one, both included; one never closed, an answer cut at the length
+    # limit, to the end of the turn); the rest of each answer keeps it. true: rows as before
+    thinking_loss: bool = True
+    thinking_markers: list[str] = field(default_factory=lambda: list(THINKING_MARKERS))  # [opening, closing]
+    last_turn_only: bool = False  # true: only the last assistant turn of each conversation carries loss
     regenerate: bool = False  # replace assistant turns by the target's own generations
     regen_temperature: float = 0.0  # 0 = greedy
     regen_max_new_tokens: int = 1024
@@ -53,6 +61,9 @@ class DataConfig:
             raise ValueError(f"regen_temperature: expected >= 0, got {self.regen_temperature}")
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction: expected a value in [0, 1), got {self.test_fraction}")
+        check_flag(self.thinking_loss, "thinking_loss")
+        check_flag(self.last_turn_only, "last_turn_only")
+        check_thinking_markers(self.thinking_markers, "thinking_markers")
 
 
 @dataclass

@@ -14,7 +14,9 @@ and ``loss_mask`` (lists of ints of the same length). ``loss_mask[t] == 1`` mean
 training target (something the model writes); the recipe shifts it to the predicting position.
 
 The rows of a conversation, and how the loss mask finds what the model writes, are ``chat_rows``'s: one row when
-the template is prefix-stable, a row per assistant turn when it rewrites history (``data.turn_rows``).
+the template is prefix-stable, a row per assistant turn when it rewrites history (``data.turn_rows``); so are the
+loss rules of reasoning targets: ``data.thinking_loss`` / ``data.thinking_markers`` (no loss on thinking spans) and
+``data.last_turn_only`` (the loss on each conversation's last assistant turn only).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from eaglehead.builtin.text import left_pad
 from .chat_rows import TemplateHistoryError, TurnRows, conversation_rows, tokenize_conversation
 from .config import DataConfig
 
-__all__ = ["build_dataset", "collate_tokens", "count_tokens", "load_conversations", "regenerate",
+__all__ = ["build_dataset", "collate_tokens", "count_tokens", "load_conversations", "loss_rules", "regenerate",
            "resolve_chat_template", "split_by_conversation", "tokenize_conversation", "tokenize_conversations",
            "NORMALISED_FEATURES", "TemplateHistoryError"]
 
@@ -72,10 +74,16 @@ def build_dataset(cfg: DataConfig, tokenizer, model=None) -> DatasetDict:
             seed=cfg.seed, chat_template=template, max_length=cfg.max_length,
         )
     tokens = tokenize_conversations(convs, tokenizer, cfg.max_length, template, cfg.num_proc, cfg.turn_rows,
-                                    keep_conversation=True)
+                                    keep_conversation=True, **loss_rules(cfg))
     if cfg.test_fraction > 0:
         return split_by_conversation(tokens, cfg.test_fraction, cfg.seed)
     return DatasetDict(train=tokens.remove_columns("conversation"))
+
+
+def loss_rules(cfg: DataConfig) -> dict:
+    """The keyword arguments of ``tokenize_conversations`` / ``conversation_rows`` that ``cfg`` sets."""
+    return {"thinking_loss": cfg.thinking_loss, "thinking_markers": tuple(cfg.thinking_markers),
+            "last_turn_only": cfg.last_turn_only}
 
 
 def resolve_chat_template(chat_template: str | None) -> str | None:
@@ -184,13 +192,15 @@ def _has_loss(row: dict) -> bool:
 
 def tokenize_conversations(
     dataset: Dataset, tokenizer, max_length: int, chat_template: str | None = None, num_proc: int = 1,
-    turn_rows: TurnRows = "auto", keep_conversation: bool = False,
+    turn_rows: TurnRows = "auto", keep_conversation: bool = False, **rules,
 ) -> Dataset:
     """Normalised rows -> ``input_ids``/``loss_mask`` (one row per conversation, or per assistant turn:
     ``chat_rows``), truncated to ``max_length``; rows with no loss token left (e.g. truncated inside the first
-    prompt) are dropped. ``keep_conversation``: a ``conversation`` column holds each row's source index."""
+    prompt) are dropped. ``keep_conversation``: a ``conversation`` column holds each row's source index.
+    ``rules``: ``thinking_loss``, ``thinking_markers``, ``last_turn_only`` of ``conversation_rows``
+    (:func:`loss_rules` of a ``DataConfig``)."""
     fn = functools.partial(_tokenize_batch, tokenizer=tokenizer, max_length=max_length, chat_template=chat_template,
-                           turn_rows=turn_rows)
+                           turn_rows=turn_rows, rules=rules)
     out = dataset.map(fn, with_indices=True, batched=True, batch_size=64, remove_columns=dataset.column_names,
                       num_proc=num_proc if num_proc > 1 else None, desc="tokenising")
     out = out.filter(lambda r: any(r["loss_mask"]), num_proc=num_proc if num_proc > 1 else None)
@@ -198,24 +208,25 @@ def tokenize_conversations(
 
 
 def _tokenize_batch(batch: dict, indices: list[int], tokenizer, max_length: int, chat_template: str | None,
-                    turn_rows: TurnRows) -> dict:
+                    turn_rows: TurnRows, rules: dict) -> dict:
     out: dict[str, list] = {"input_ids": [], "loss_mask": [], "conversation": []}
     for messages, text, idx in zip(batch["messages"], batch["text"], indices):
-        for ids, mask in _row_tokens(messages, text, idx, tokenizer, chat_template, turn_rows):
+        for ids, mask in _row_tokens(messages, text, idx, tokenizer, chat_template, turn_rows, rules):
             out["input_ids"].append(ids[:max_length])
             out["loss_mask"].append(mask[:max_length])
             out["conversation"].append(idx)
     return out
 
 
-def _row_tokens(messages, text, idx: int, tokenizer, chat_template: str | None, turn_rows: TurnRows) -> list:
+def _row_tokens(messages, text, idx: int, tokenizer, chat_template: str | None, turn_rows: TurnRows,
+                rules: dict) -> list:
     if not messages:
         ids = tokenizer(text)["input_ids"]
         return [(ids, [1] * len(ids))]  # plain text: every token is a target
     if chat_template is None and tokenizer.chat_template is None:
         raise ValueError("data.chat_template: the tokenizer has no chat template; set data.chat_template")
     try:
-        return conversation_rows(tokenizer, messages, chat_template, turn_rows)
+        return conversation_rows(tokenizer, messages, chat_template, turn_rows, **rules)
     except (ValueError, jinja2.TemplateError) as e:  # e.g. a template that demands alternating roles
         raise type(e)(f"conversation {idx}: {e}") if isinstance(e, TemplateHistoryError) else \
             ValueError(f"conversation {idx}: {e}") from e
