@@ -22,13 +22,14 @@ import torch
 from torch import nn
 
 from eaglehead.builtin.devices import DTYPES
-from eaglehead.builtin.models import check_model_name
+from eaglehead.builtin.models import check_model_name, resolve_target
+from eaglehead.builtin.text import encode_prompt
 from eaglehead.decode import DEFAULT_GAMMA
 
 from .journal import CALLS
 from .plan_options import (DEFAULT_TREE_DEPTH, DEFAULT_TREE_TOPK, LLAMACPP_DTYPES, check_llamacpp, check_tree_axis,
                            default_tree_tokens, head_dtype_ok, parse_int_list)
-from .prompts import MT_BENCH, Prompt, load_prompt_set, split_prompts
+from .prompts import MT_BENCH, Prompt, is_long_context, load_prompt_set, split_prompts
 from .vllm_methods import HEAD_FORMATS, VLLM_METHODS, check_vllm_plan
 
 TREE_METHODS = ("eagle3-tree", "eagle1-tree")  # our exact tree loop (decode.tree_generate)
@@ -77,7 +78,7 @@ class EvalPlan:
     """
 
     target: str
-    prompts: str  # a prompt JSONL file (MT-bench/Spec-Bench format) or 'humaneval'
+    prompts: str  # a prompt JSONL file (MT-bench/Spec-Bench format), humaneval, mt-bench or long-context[:buckets]
     drafts: dict[str, str] = field(default_factory=dict)
     methods: list[str] | None = None
     gamma_mode: GammaMode = "fixed"
@@ -227,10 +228,19 @@ class EvalPlan:
         methods = [m for m in self.methods if m not in BATCH1_METHODS or batch_size == 1]
         return methods, [m for m in methods if m in GAMMA_METHODS]
 
-    def load_prompts(self) -> tuple[list[Prompt], list[Prompt]]:
-        """(tune, test) prompts; errors name ``--prompts`` (or the option that emptied a split)."""
+    def load_prompts(self, tokenizer=None, max_positions: int | None = None) -> tuple[list[Prompt], list[Prompt]]:
+        """(tune, test) prompts; errors name ``--prompts`` (or the option that emptied a split).
+
+        ``tokenizer`` and ``max_positions`` are the target's; when no tokenizer is given both are read from
+        ``--target`` (its tokenizer and config, not its weights). ``long-context`` is built in the target's
+        tokens up to its context, the output budget (``--max-new-tokens`` and the longest draft) kept free; a
+        prompt of any set whose tokens (through the chat template; first turn) plus that budget exceed the
+        context is refused, naming the prompt, its tokens, the context and ``--max-new-tokens``."""
+        if tokenizer is None and is_long_context(self.prompts):
+            tokenizer, max_positions = self._target_text()
+        reserve = self.max_new_tokens + self.draft_headroom()
         try:
-            prompts = load_prompt_set(self.prompts)
+            prompts = load_prompt_set(self.prompts, tokenizer=tokenizer, max_positions=max_positions, reserve=reserve)
             tune, test = split_prompts(prompts, tune_fraction=self.tune_fraction)
         except ValueError as err:
             raise ValueError(f"--prompts: {err}") from None
@@ -241,7 +251,43 @@ class EvalPlan:
         if self.gamma_mode == "auto" and not tune and any(m in GAMMA_METHODS for m in self.methods):
             raise ValueError(f"--gamma auto needs a non-empty tune split; {len(prompts)} prompts gave none "
                              "(raise --tune-fraction)")
+        if tokenizer is None:
+            tokenizer, max_positions = self._target_text()
+        if max_positions is not None:
+            self._check_context(tune + test, tokenizer, max_positions)
         return tune, test
+
+    def draft_headroom(self) -> int:
+        """Positions a drafting loop may verify past the token budget (``decode`` refuses prompt +
+        max_new_tokens + gamma over the context): the longest chain gamma, or a tree's depth."""
+        methods = self.methods or []
+        chain = [m for m in methods if m in DRAFTER_METHODS and m not in TREE_METHODS]
+        depth = min(self.tree_depth, max(self.tree_tokens)) if any(m in TREE_METHODS for m in methods) else 0
+        return max(max(self.gammas) if chain else 0, depth)
+
+    def _target_text(self) -> tuple[Any, int | None]:
+        """(tokenizer, context length in positions or None) of ``--target``, without loading its weights."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        path = resolve_target(self.target, self.dtype)
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+            config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"--target {self.target!r}: cannot load its tokenizer and config to measure the "
+                             f"prompts ({err})") from None
+        return tok, getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+    def _check_context(self, prompts: list[Prompt], tokenizer, max_positions: int) -> None:
+        headroom = self.draft_headroom()
+        for p in prompts:
+            n = len(encode_prompt(tokenizer, p.text))
+            if n + self.max_new_tokens + headroom > max_positions:
+                drafts = f" + {headroom} draft positions" if headroom else ""
+                raise ValueError(
+                    f"--prompts: prompt {p.id!r} is {n} tokens; with --max-new-tokens {self.max_new_tokens}{drafts} "
+                    f"it needs {n + self.max_new_tokens + headroom} positions, more than the target's context of "
+                    f"{max_positions} (max_position_embeddings); lower --max-new-tokens or leave the prompt out")
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data for the report (the factories are code: only their method names)."""
@@ -308,7 +354,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--target", required=True, help="Hugging Face causal LM directory (with its tokenizer), a hub id, a .gguf "
       "file or a builtin: name (the llama.cpp methods need a .gguf or builtin:smollm2-135m-instruct)")
-    a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format), 'humaneval' or 'mt-bench' (both turns)")
+    a("--prompts", required=True, help="a prompt JSONL file (MT-bench/Spec-Bench format), 'humaneval', 'mt-bench' "
+      "(both turns) or 'long-context' (standard-library documents of ~1k/2k/4k/7k target tokens with summarise, qa "
+      "and code tasks; the buckets that do not fit the target's context are left out; 'long-context:2k,4k' names "
+      "buckets)")
     a("--draft", help="EAGLE-3 head directory (methods eagle3, eagle3-tree, llamacpp-eagle3, vllm-eagle3)")
     a("--llamacpp-draft", help="EAGLE-3 head directory for llamacpp-eagle3 when it is not --draft (llama.cpp "
       "cannot run an EAGLE 3.1 head: give a plain EAGLE-3 head of the same target here)")

