@@ -43,7 +43,7 @@ def open_engine(cfg, target):
         engine = LlamaCppEngine.start(cfg, target.tok, target.turn_end_id)
     try:
         probe = [{"role": "user", "content": PROBE}]
-        text = target.tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        text = target.assistant_text(probe)  # as every prompt is rendered (regenerate.enable_thinking included)
         engine.check_tokenizer(text, target.assistant_prefix(probe), cfg.target)
         yield engine
     finally:
