@@ -38,7 +38,7 @@ $(VLLM_STAMP): Makefile
 	touch $(VLLM_STAMP)
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 demo: install
 	$(VENV)/bin/eaglehead demo
