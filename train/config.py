@@ -45,6 +45,9 @@ class DataConfig:
     regen_temperature: float = 0.0  # 0 = greedy
     regen_max_new_tokens: int = 1024
     regen_batch_size: int = 16
+    # Passed to the chat template as ``enable_thinking`` when the target answers (Qwen3-style reasoning targets):
+    # null leaves the template's default; true/false is refused for a template that never reads the variable
+    regen_enable_thinking: bool | None = None
     num_proc: int = 1  # worker processes for tokenisation
     test_fraction: float = 0.0  # held-out share for evaluation (0 = no test split)
     seed: int = 0  # for the train/test split and regeneration sampling
@@ -59,6 +62,8 @@ class DataConfig:
             raise ValueError(f"max_samples: expected a positive integer or null, got {self.max_samples}")
         if self.regen_temperature < 0:
             raise ValueError(f"regen_temperature: expected >= 0, got {self.regen_temperature}")
+        if self.regen_enable_thinking is not None and not isinstance(self.regen_enable_thinking, bool):
+            raise ValueError(f"regen_enable_thinking: expected null, true or false, got {self.regen_enable_thinking!r}")
         if not 0.0 <= self.test_fraction < 1.0:
             raise ValueError(f"test_fraction: expected a value in [0, 1), got {self.test_fraction}")
         check_flag(self.thinking_loss, "thinking_loss")

@@ -22,6 +22,7 @@ loss rules of reasoning targets: ``data.thinking_loss`` / ``data.thinking_marker
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 import jinja2
@@ -72,6 +73,7 @@ def build_dataset(cfg: DataConfig, tokenizer, model=None) -> DatasetDict:
         convs = regenerate(
             convs, model, tokenizer, cfg.regen_temperature, cfg.regen_max_new_tokens, cfg.regen_batch_size,
             seed=cfg.seed, chat_template=template, max_length=cfg.max_length,
+            enable_thinking=cfg.regen_enable_thinking,
         )
     tokens = tokenize_conversations(convs, tokenizer, cfg.max_length, template, cfg.num_proc, cfg.turn_rows,
                                     keep_conversation=True, **loss_rules(cfg))
@@ -285,6 +287,7 @@ def collate_tokens(rows: list[dict], pad_token_id: int = 0) -> dict[str, torch.T
 def regenerate(
     dataset: Dataset, model, tokenizer, temperature: float, max_new_tokens: int, batch_size: int,
     seed: int = 0, chat_template: str | None = None, max_length: int | None = None,
+    enable_thinking: bool | None = None,
 ) -> Dataset:
     """Rewrite every assistant turn with the target's own output (normalised rows in and out).
 
@@ -294,8 +297,18 @@ def regenerate(
     for a given ``seed`` and ``batch_size`` without touching the global RNG. A generation ends at the
     model's EOS ids (``generation_config``) or after ``max_new_tokens``. With ``max_length``, a
     conversation stops at the first turn whose prompt is already ``max_length`` tokens long (training
-    truncates there anyway). Plain-text rows are passed through.
+    truncates there anyway). Plain-text rows are passed through. ``enable_thinking`` (``data.regen_enable_thinking``)
+    is passed to the template when not None, and refused for a template that never reads it. The answers cut at
+    ``max_new_tokens`` (no EOS) are counted in the log line, and in ``regenerate.last_stats``.
     """
+    template_kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+    if template_kwargs:
+        text = chat_template if chat_template is not None else tokenizer.chat_template
+        texts_read = text.values() if isinstance(text, dict) else [text or ""]
+        if not any("enable_thinking" in t for t in texts_read):
+            raise ValueError(f"data.regen_enable_thinking is {str(enable_thinking).lower()}, but the chat template "
+                             "never reads enable_thinking: the setting would change nothing. Set "
+                             "data.regen_enable_thinking: null for this target")
     convs = [[dict(m) for m in msgs] for msgs in dataset["messages"]]
     texts = dataset["text"]
     turns = [[j for j, m in enumerate(c) if m["role"] == "assistant"] for c in convs]
@@ -307,6 +320,7 @@ def regenerate(
     eos = tokenizer.eos_token_id if eos is None else eos
     eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
     device = next(model.parameters()).device
+    answers = cut_at_limit = 0
     was_training = model.training
     model.eval()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -317,7 +331,7 @@ def regenerate(
                 break
             prompts = [
                 tokenizer.apply_chat_template(convs[i][:j], chat_template=chat_template, tokenize=False,
-                                              add_generation_prompt=True)
+                                              add_generation_prompt=True, **template_kwargs)
                 for i, j in todo
             ]
             prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
@@ -333,9 +347,15 @@ def regenerate(
                 outs = _generate_left_padded(model, [prompt_ids[n] for n in chunk], gen_cfg, pad, device)
                 for n, new in zip(chunk, outs):
                     cut = next((p for p, t in enumerate(new) if t in eos), len(new))
+                    answers += 1
+                    cut_at_limit += cut == len(new) and len(new) >= max_new_tokens
                     i, j = todo[n]
                     convs[i][j]["content"] = tokenizer.decode(new[:cut], skip_special_tokens=True)
     model.train(was_training)
+    regenerate.last_stats = {"answers": answers, "answers_cut_at_max_new_tokens": cut_at_limit}
+    if cut_at_limit:
+        warnings.warn(f"data.regenerate: {cut_at_limit} of {answers} answers reached regen_max_new_tokens "
+                      f"({max_new_tokens}) without an EOS and were cut there", stacklevel=2)
     return Dataset.from_dict({"messages": convs, "text": texts}, features=NORMALISED_FEATURES).filter(_has_loss)
 
 

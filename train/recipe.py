@@ -278,7 +278,8 @@ _FIXED_ON_RESUME: dict[str | None, tuple[str, ...] | None] = {
     "model": ("target",),
     "head": None,
     "data": ("sources", "format", "split", "max_samples", "max_length", "chat_template", "system_prompt",
-             "regenerate", "regen_temperature", "regen_max_new_tokens", "test_fraction", "seed"),
+             "regenerate", "regen_temperature", "regen_max_new_tokens", "regen_enable_thinking", "test_fraction",
+             "seed"),
     "features": ("dir",),
 }
 _WEIGHTS_ONLY = ("model", "head")  # what an explicitly named checkpoint must still match

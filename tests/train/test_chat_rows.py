@@ -14,7 +14,7 @@ from eaglehead.train.chat_rows import TemplateHistoryError, conversation_rows
 from eaglehead.train.config import DataConfig
 from eaglehead.train.data import NORMALISED_FEATURES, build_dataset, tokenize_conversation, tokenize_conversations
 
-from .test_data import CHATML, masked_runs, tokenizer  # noqa: F401  (the byte-level BPE fixture)
+from .test_data import CHATML, LLAMA3, masked_runs, tokenizer  # noqa: F401  (the byte-level BPE fixture)
 
 # Qwen3's rule, reduced: an assistant message's "<think>...</think>" is kept only after the last user message
 # (the turn being written); earlier assistant turns are rendered without it, and a turn written without reasoning
@@ -43,20 +43,52 @@ def _decode(tok, ids):
     return tok.decode(ids, skip_special_tokens=False)
 
 
-def test_a_template_that_rewrites_history_gives_a_row_per_turn_in_its_serving_context(tokenizer):  # noqa: F811
-    rows = conversation_rows(tokenizer, CONV, QWEN3_LIKE)
+def _rows_per_turn(tok, template):
+    """CONV's rows under ``template``, checked to be one per assistant turn, each the template's own render
+    through that turn (what the target sees, then writes) with the loss on that turn only; and the two turns'
+    loss tokens as text."""
+    rows = conversation_rows(tok, CONV, template)
     assert len(rows) == 2
     for (ids, mask), upto in zip(rows, (2, 4)):
-        # each row is the template's own render through that turn (what the target sees, then writes)
-        assert _decode(tokenizer, ids) == tokenizer.apply_chat_template(CONV[:upto], chat_template=QWEN3_LIKE,
-                                                                        tokenize=False)
-        assert len(masked_runs(ids, mask)) == 1  # the loss is on this row's own (last) turn only
-    first, second = (_decode(tokenizer, [i for i, m in zip(ids, mask) if m]) for ids, mask in rows)
+        assert _decode(tok, ids) == tok.apply_chat_template(CONV[:upto], chat_template=template, tokenize=False)
+        assert len(masked_runs(ids, mask)) == 1
+    first, second = (_decode(tok, [i for i, m in zip(ids, mask) if m]) for ids, mask in rows)
+    return rows, first, second
+
+def test_a_template_that_rewrites_history_gives_a_row_per_turn_in_its_serving_context(tokenizer):  # noqa: F811
+    rows, first, second = _rows_per_turn(tokenizer, QWEN3_LIKE)
     assert first == "<think>be kind</think>the quick brown fox<|im_end|>"
     assert second == "<think>think twice</think>jumps over the fox<|im_end|>"
     context = _decode(tokenizer, [i for i, m in zip(*rows[1]) if not m])
     assert "the quick brown fox" in context and "be kind" not in context  # turn 1 as history: reasoning gone
 
+
+# GPT-OSS's harmony, reduced: the turn being written ends with <|return|>, the same turn in history with <|end|>
+# (and history drops the analysis channel): earlier turns change once a later one exists.
+HARMONY_LIKE = (
+    "{%- for m in messages -%}<|start|>{{ m['role'] }}"
+    "{%- if m['role'] == 'assistant' -%}"
+    "{%- set final = m['content'].split('</think>')[-1] -%}"
+    "{%- if loop.last -%}{%- if '</think>' in m['content'] -%}<|channel|>analysis<|message|>"
+    "{{ m['content'].split('</think>')[0].split('<think>')[-1] }}<|end|><|start|>assistant{%- endif -%}"
+    "<|channel|>final<|message|>{{ final }}<|return|>"
+    "{%- else -%}<|channel|>final<|message|>{{ final }}<|end|>{%- endif -%}"
+    "{%- else -%}<|message|>{{ m['content'] }}<|end|>{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"
+)
+
+
+def test_a_harmony_like_template_gives_a_row_per_turn_ending_as_the_target_writes_it(tokenizer):  # noqa: F811
+    rows, first, second = _rows_per_turn(tokenizer, HARMONY_LIKE)
+    # the loss is on exactly what the target writes after "<|start|>assistant": analysis, then final, <|return|>
+    assert first == ("<|channel|>analysis<|message|>be kind<|end|><|start|>assistant<|channel|>final<|message|>"
+                     "the quick brown fox<|return|>")
+    assert second.endswith("<|channel|>final<|message|>jumps over the fox<|return|>")
+    context = _decode(tokenizer, [i for i, m in zip(*rows[1]) if not m])
+    # turn 1 as history: the final channel only, closed by <|end|>; its analysis gone
+    assert "<|channel|>final<|message|>the quick brown fox<|end|>" in context and "be kind" not in context
+    with pytest.raises(TemplateHistoryError):
+        conversation_rows(tokenizer, CONV, HARMONY_LIKE, "whole")
 
 def test_whole_refuses_it_by_name_and_says_what_to_do(tokenizer):  # noqa: F811
     with pytest.raises(TemplateHistoryError, match="rewrites earlier turns.*turn_rows: auto"):
@@ -67,10 +99,11 @@ def test_whole_refuses_it_by_name_and_says_what_to_do(tokenizer):  # noqa: F811
         conversation_rows(tokenizer, CONV, QWEN3_LIKE, "some")
 
 
-def test_a_prefix_stable_template_keeps_one_row_and_per_turn_rows_are_its_prefixes(tokenizer):  # noqa: F811
-    whole = tokenize_conversation(tokenizer, CONV, CHATML)
-    assert conversation_rows(tokenizer, CONV, CHATML) == [whole]  # auto: exactly the one row of before
-    per_turn = conversation_rows(tokenizer, CONV, CHATML, "per_turn")
+@pytest.mark.parametrize("template", [CHATML, LLAMA3], ids=["chatml", "llama3"])
+def test_a_prefix_stable_template_keeps_one_row_and_per_turn_rows_are_its_prefixes(tokenizer, template):  # noqa: F811
+    whole = tokenize_conversation(tokenizer, CONV, template)
+    assert conversation_rows(tokenizer, CONV, template) == [whole]  # auto: exactly the one row of before
+    per_turn = conversation_rows(tokenizer, CONV, template, "per_turn")
     assert len(per_turn) == 2
     covered = [0] * len(whole[0])
     for ids, mask in per_turn:

@@ -293,3 +293,47 @@ def test_build_dataset_splits(tmp_path, tokenizer):
     assert max(len(r) for r in splits["train"]["input_ids"]) <= 64
     with pytest.raises(ValueError, match="data.regenerate"):
         build_dataset(DataConfig(sources=[str(path)], chat_template=CHATML, regenerate=True), tokenizer)
+
+
+def test_regenerate_passes_enable_thinking_refuses_a_template_that_ignores_it_and_counts_cut_answers(
+        tokenizer, chat_model, monkeypatch):
+    # CHATML with Qwen3's generation-prompt rule, reduced: enable_thinking false closes an empty think block.
+    thinking = CHATML.replace("<|im_start|>assistant\n{% endif %}",
+                              "<|im_start|>assistant\n{% if enable_thinking is defined and "
+                              "enable_thinking is false %}there how {% endif %}{% endif %}")
+    assert thinking != CHATML  # the replacement hit the generation prompt
+    ds = Dataset.from_dict({"messages": CONVS[1:2], "text": [None]}, features=NORMALISED_FEATURES)
+    seen = []
+    real = tokenizer.apply_chat_template
+
+    def spy(*a, **kw):
+        seen.append(kw.get("enable_thinking", "absent"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tokenizer, "apply_chat_template", spy)
+    outs = {v: regenerate(ds, chat_model, tokenizer, 0.0, 4, 1, chat_template=thinking, enable_thinking=v)
+            for v in (None, False)}
+    assert seen == ["absent", False]
+    assert outs[None]["messages"] != outs[False]["messages"]  # a different prompt, a different greedy answer
+    with pytest.raises(ValueError, match="data.regen_enable_thinking is true, but the chat template never reads"):
+        regenerate(ds, chat_model, tokenizer, 0.0, 4, 1, chat_template=CHATML, enable_thinking=True)
+    monkeypatch.setattr(tokenizer, "apply_chat_template", real)
+    # Cut answers: the tiny model never emits <|im_end|> within 2 tokens here unless the reference says so.
+    new = reference_greedy(chat_model, tokenizer, CONVS[2], 2)
+    eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    expect_cut = 0
+    for j, m in enumerate(CONVS[2]):
+        if m["role"] == "assistant":
+            prompt = tokenizer.apply_chat_template(new[:j], chat_template=CHATML, tokenize=False,
+                                                   add_generation_prompt=True)
+            ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+            gen = chat_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
+                                      pad_token_id=0)[0, ids.shape[1]:].tolist()
+            expect_cut += eot not in gen
+    assert expect_cut > 0
+    with pytest.warns(UserWarning, match=f"{expect_cut} of 2 answers reached regen_max_new_tokens \\(2\\)"):
+        regenerate(Dataset.from_dict({"messages": CONVS[2:3], "text": [None]}, features=NORMALISED_FEATURES),
+                   chat_model, tokenizer, 0.0, 2, 1, chat_template=CHATML)
+    assert regenerate.last_stats == {"answers": 2, "answers_cut_at_max_new_tokens": expect_cut}
+    with pytest.raises(ValueError, match="regen_enable_thinking: expected null, true or false"):
+        DataConfig(sources=["x"], regen_enable_thinking="yes")
