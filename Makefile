@@ -37,8 +37,10 @@ $(VLLM_STAMP): Makefile
 	$(VLLM_PY) -c "import vllm.entrypoints.openai.api_server"
 	touch $(VLLM_STAMP)
 
+# Two workers, one a core (the tests run torch on one thread each); a module stays on one worker, so each engine
+# server starts once per module; the heavy modules go first (tests/conftest.py).
 test: install
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 demo: install
 	$(VENV)/bin/eaglehead demo

@@ -199,5 +199,11 @@ def _cached_copy(assets: Path, cache_dir: Path, what: str) -> tuple[Path, dict]:
         staging.mkdir(parents=True)
         for name in list(recipe["files"]) + ["recipe.json"]:
             shutil.copyfile(assets / name, staging / name)
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            # Another process (a second test worker, a parallel run) copied the same recipe first: keep its copy.
+            shutil.rmtree(staging, ignore_errors=True)
+            if _problems(target, recipe):
+                raise
     return target, recipe

@@ -197,7 +197,8 @@ def head_recipe_key(cfg, target_key: str) -> str:
 ADDED_LATER = {("head", "layer_init"): "random", ("optim", "autocast"): "none", ("head", "fc_norm"): False,
                ("head", "norm_output"): False, ("optim", "schedule"): "cosine", ("optim", "decay_steps"): 0,
                ("data", "turn_rows"): "auto", ("data", "thinking_loss"): True,
-               ("data", "thinking_markers"): ["<think>", "</think>"], ("data", "last_turn_only"): False}
+               ("data", "thinking_markers"): ["<think>", "</think>"], ("data", "last_turn_only"): False,
+               ("data", "regen_enable_thinking"): None}
 
 
 def shipped_head(kind: str, key: str, root: Path | None = None) -> Path | None:

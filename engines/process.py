@@ -6,7 +6,10 @@
 The child cannot outlive this process: on Linux the kernel sends it SIGKILL when its parent dies
 (``PR_SET_PDEATHSIG``, set between fork and exec), and ``stop`` runs on exit, on an error in the ``with`` body and
 on Ctrl-C (the child is in its own process group, so the terminal's SIGINT reaches only us and we stop it in
-order). Standard library only: a server is started from code that must not import torch.
+order). What the child forks (vLLM's engine core and worker) gets no such signal: when this process is killed
+outright (SIGKILL, or SIGTERM, which skips ``atexit``), a watchdog in the child's process group, a small
+interpreter that is our child too, sees its parent change and kills the whole group, so no engine core is left
+holding cores and memory. Standard library only: a server is started from code that must not import torch.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +28,13 @@ from pathlib import Path
 from typing import Self
 
 PR_SET_PDEATHSIG = 1
+# The watchdog: argv[1] is the pid it guards; once its parent is not that pid any more, it kills its process group
+# (the server's, itself included).
+WATCHDOG = ("import os, signal, sys, time\n"
+            "parent = int(sys.argv[1])\n"
+            "while os.getppid() == parent:\n"
+            "    time.sleep(0.5)\n"
+            "os.killpg(os.getpgrp(), signal.SIGKILL)\n")
 
 
 class EngineError(RuntimeError):
@@ -71,6 +82,13 @@ class ServerProcess:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          env=env, preexec_fn=_die_with_parent)
+        group = self.proc.pid
+        try:
+            self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid())],
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, preexec_fn=lambda: os.setpgid(0, group))
+        except (OSError, subprocess.SubprocessError):  # the child already exited (its group is gone): nothing to guard
+            self.watchdog = None
         atexit.register(self.stop)
 
     def error(self, what: str, cls: type[EngineError] = EngineError) -> EngineError:
@@ -114,11 +132,16 @@ class ServerProcess:
         deadline = time.monotonic() + 5.0
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
+            if self.watchdog is not None:
+                self.watchdog.wait(5.0)  # reaped, or its zombie would keep the group alive below
             while time.monotonic() < deadline:
                 os.killpg(self.proc.pid, 0)  # ProcessLookupError once the group is empty
                 time.sleep(0.05)
-        except (ProcessLookupError, PermissionError):
+        except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
             pass
+        if self.watchdog is not None and self.watchdog.poll() is None:
+            self.watchdog.kill()
+            self.watchdog.wait()
         atexit.unregister(self.stop)
 
     def __enter__(self) -> Self:

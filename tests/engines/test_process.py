@@ -65,3 +65,31 @@ def test_stop_leaves_no_process_of_the_group(tmp_path):
     proc.stop()
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.proc.pid, 0)
+
+
+def test_a_killed_parent_leaves_no_grandchild_behind(tmp_path):
+    """The parent of a server is killed outright (SIGKILL: no atexit, no stop()); the server's own child, which
+    the kernel's parent-death signal does not reach (vLLM's engine core), is killed by the group's watchdog."""
+    import subprocess
+
+    pidfile = tmp_path / "grandchild"
+    server = ("import subprocess, sys, time; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    parent = ("import sys, time; from eaglehead.engines import ServerProcess; "
+              f"ServerProcess([sys.executable, '-c', {server!r}], health_url='', log={str(tmp_path / 'log')!r}); "
+              "print('started', flush=True); time.sleep(300)")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline, "the server never started its child"
+        time.sleep(0.1)
+    grandchild = int(pidfile.read_text())
+    assert _alive(grandchild)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)
