@@ -102,6 +102,10 @@ def _save(fig: Figure, path: Path, *, right: float | None = None) -> Path:
     return path
 
 
+# engine -> (its name, the colour of its plain-decoding bar in METHOD_COLORS), as the headline's title names them
+ENGINE_PLAIN = {"llama.cpp": ("llama.cpp", "brown"), "vllm": ("vLLM", "green")}
+
+
 def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
@@ -128,7 +132,7 @@ def plot_headline(runs: list[dict[str, Any]], path: Path) -> Path:
             text = (f"{sp:.2f}x" if sp else "-") + (f"  tau {tau:.2f}" if tau and r.get("gamma") else "")
             per_round = r.get("tau_committed")
             if r.get("engine") == "llama.cpp" and r.get("gamma") and per_round:  # its tau counts drafting rounds only
-                text += f" ({per_round:.2f}/round)"
+                text += f" ({per_round:.2f} over all rounds)"
             ax.text(h, y, "  " + text, va="center", fontsize=8)
         ax.set_xlim(0, 1.45 * max(hi, default=1))
         n_rep = max((r.get("repeats") or 1 for r in rows), default=1)
@@ -138,9 +142,13 @@ def plot_headline(runs: list[dict[str, Any]], path: Path) -> Path:
         ax.tick_params(axis="x", labelsize=8)
     if not states:
         _empty(axes[0], "no runs")
-    engines = " (torch); brown = plain llama.cpp" if any(r.get("engine") == "llama.cpp" for r in runs) else ""
+    plain = [" (torch)"] if any(r.get("engine") in ENGINE_PLAIN for r in runs) else []
+    plain += [f"{colour} = plain {name}" for engine, (name, colour) in ENGINE_PLAIN.items()
+              if any(r.get("engine") == engine for r in runs)]
+    drafting = ("; an engine's tau counts the rounds that drafted, the figure in brackets every round"
+                if any(r.get("engine") == "llama.cpp" and r.get("gamma") for r in runs) else "")
     _suptitle(fig, "Time per token and speedup vs the fastest exact baseline (tau includes the bonus token; "
-              f"grey = baselines{engines})")
+              f"grey = baselines{'; '.join(plain)}{drafting})")
     return _save(fig, path)
 
 

@@ -254,3 +254,22 @@ def test_markdown_and_html_show_the_greedy_identity_and_the_notes(tmp_path):
     assert "llama.cpp: 1 greedy runs checked, token-identical to its own plain decoding: True" in section
     assert "on 7/8 prompts" in section
     assert "on 7/8 prompts" in (tmp_path / "report.html").read_text()
+
+
+def test_the_headline_title_names_the_colour_of_each_engines_plain_bar(tmp_path, monkeypatch):
+    from eaglehead.eval import figures
+
+    titles = []
+    monkeypatch.setattr(figures, "_suptitle", lambda fig, text, fontsize=10: titles.append(text))
+    state = {"prompt_set": "p", "temperature": 0.0, "batch_size": 1, "category": "all", "turn": None}
+    runs = [{**state, "method": "vanilla", "time_per_token_s": 0.07, "speedup": 1.0},
+            {**state, "method": "vllm", "engine": "vllm", "time_per_token_s": 0.04, "speedup": 1.8},
+            {**state, "method": "llamacpp", "engine": "llama.cpp", "time_per_token_s": 0.01, "speedup": 6.0},
+            {**state, "method": "llamacpp-ngram", "engine": "llama.cpp", "gamma": 5, "tau": 3.5,
+             "tau_committed": 1.5, "time_per_token_s": 0.012, "speedup": 5.8}]
+    figures.plot_headline(runs, tmp_path / "a.png")
+    assert "brown = plain llama.cpp" in titles[-1] and "green = plain vLLM" in titles[-1]
+    assert "the figure in brackets every round" in titles[-1]  # what "(1.50 over all rounds)" means
+    assert figures.METHOD_COLORS["vllm"] == "#2e7d32" and figures.METHOD_COLORS["llamacpp"] == "#6b4226"
+    figures.plot_headline(runs[:1], tmp_path / "b.png")  # torch only: no engine named
+    assert "plain" not in titles[-1] and "brackets" not in titles[-1]
