@@ -92,6 +92,7 @@ class RequestTiming:
     admitted: float
     token_times: list[float]
     eos: bool
+    tokens: list[int] = field(default_factory=list, repr=False)
 
     @property
     def n_tokens(self) -> int:
@@ -224,7 +225,7 @@ def _timing(req: Request, arrival: float, admitted: float, served: Served) -> Re
     if len(served.token_times) != len(served.tokens):
         raise LoadError(f"request {req.id!r}: {len(served.tokens)} tokens but {len(served.token_times)} arrival times")
     return RequestTiming(req.id, req.category, req.max_new, arrival, admitted, [float(t) for t in served.token_times],
-                         bool(served.eos))
+                         bool(served.eos), list(served.tokens))
 
 
 def _run_batched(driver, requests: list[Request], spec: LoadSpec, clock, sleep) -> LoadRun:
