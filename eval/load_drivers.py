@@ -114,6 +114,16 @@ class LlamaCppSlots:
             raise self.process.error(f"request {request.id!r} failed: {err}") from err
         return Served(tokens, times, eos=stop_type == "eos" or bool(tokens and tokens[-1] in self.eos))
 
+    def peak_bytes(self) -> int | None:
+        """The server process's resident high-water mark (Linux ``VmHWM``): its weights, KV cache and buffers."""
+        try:
+            for line in Path(f"/proc/{self.process.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return None
+
     def close(self) -> None:
         self.process.stop()
 

@@ -53,8 +53,8 @@ def _load_text(r: dict) -> str:
 
 
 COLUMNS = ("budget", "load", "ctx", "engine", "method", "gamma", "tau", "TPOT ms", "ITL p50/p95/p99 ms",
-           "TTFT p95 ms", "queue p95 ms", "tok/s", "speedup", "EOS-short")
-WIDTHS = (6, 14, 6, 10, 17, 16, 5, 8, 20, 11, 12, 7, 8, 9)
+           "TTFT p95 ms", "queue p95 ms", "tok/s", "speedup", "EOS-short", "peak MiB")
+WIDTHS = (6, 14, 6, 10, 17, 16, 5, 8, 20, 11, 12, 7, 8, 9, 8)
 
 
 def _sorted(report: dict[str, Any]) -> list[dict]:
@@ -76,7 +76,8 @@ def load_rows(report: dict[str, Any]) -> list[list[str]]:
                             f"{_ms(r['itl_p50_s'])}/{_ms(r['itl_p95_s'])}/{_ms(r['itl_p99_s'])}",
                             _ms(r["ttft_p95_s"]), _ms(r["queue_p95_s"]), f"{r['tokens_per_s']:.1f}",
                             "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x",
-                            f"{r['eos_shortened']}/{r['requests']}"])
+                            f"{r['eos_shortened']}/{r['requests']}",
+                            "-" if not r.get("peak_bytes") else f"{r['peak_bytes'] / 2**20:.0f}"])
     return rows
 
 
@@ -214,7 +215,9 @@ def load_html_section(report: dict[str, Any], files: dict[str, Path]) -> str:
     parts = ["<h2>Serving under load</h2>",
              "<p>Speedup = the same engine's plain method's time per committed token over the method's, in the same "
              "state (load, budget, context bucket, dtype). Only committed tokens count; EOS-shortened answers are "
-             "counted (EOS-short) and not credited. Saturated states have no latency figures.</p>",
+             "counted (EOS-short) and not credited. Saturated states have no latency figures. Peak memory: the "
+             "torch process's resident high-water mark on a CPU (process-wide, it never falls), the CUDA peak on a "
+             "GPU; llama.cpp's server process's own high-water mark; vLLM's is not measured.</p>",
              "<ul>" + "".join(f"<li><b>{e(k)}</b>: {e(str(v))}</li>" for k, v in pol.items()) + "</ul>",
              load_html_table(report)]
     verdicts = _verdict_lines(report)

@@ -147,8 +147,8 @@ def _measure(ctx: _Engines, journal: Journal, state: dict, spec: LoadSpec, reqs:
         if gamma and m.round_time_mean_s is not None:
             rec["round_samples"] = [m.t_draft_mean_s, m.t_verify_mean_s, m.t_rest_mean_s, m.committed_per_round]
         rec["peak_bytes"] = driver.peak
-    else:
-        rec["peak_bytes"] = None  # the engine's own process: not measured here
+    else:  # llama.cpp's server process since it started (its slots' KV cache included); vLLM's: not measured
+        rec["peak_bytes"] = driver.peak_bytes() if isinstance(driver, LlamaCppSlots) else None
     if before is not None:
         rec["tau"] = (driver.server.spec_counters() - before).tokens_per_round
     journal.record_load(key, rec)

@@ -134,3 +134,18 @@ def test_bad_load_options_are_named(workspace, tmp_path):  # noqa: F811
         _plan(workspace, tmp_path / "f", "--max-new-tokens", "0")
     plan = _plan(workspace, tmp_path / "g", "--max-new-tokens", "16")
     assert plan.max_new_tokens == 16 and plan.budgets == (16,) and not plan.load  # one integer: as before
+
+
+def test_a_rate_the_loop_cannot_sustain_is_reported_as_saturated(workspace, tmp_path):  # noqa: F811
+    # 1000 requests/s against a loop that takes milliseconds a request: admissions fall far behind arrivals
+    plan = _plan(workspace, tmp_path / "sat", "--methods", "vanilla", "--arrival-rate", "1000", "--concurrency",
+                 "1", "--max-new-tokens", "6", "--load-requests", "6")
+    report = run_eval(plan)
+    open_loop = [r for r in report["load"] if r["load"] == "poisson"]
+    assert open_loop and all(r["saturated"] and r["tpot_mean_s"] is None and r["speedup"] is None
+                             for r in open_loop)
+    closed = [r for r in report["load"] if r["load"] == "closed"]
+    assert closed and not any(r["saturated"] for r in closed)
+    from eaglehead.eval.tables import compact_table
+
+    assert "saturated: admitted" in compact_table(report)
