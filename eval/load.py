@@ -231,7 +231,7 @@ def _timing(req: Request, arrival: float, admitted: float, served: Served) -> Re
 def _run_batched(driver, requests: list[Request], spec: LoadSpec, clock, sleep) -> LoadRun:
     """The static-batch scheduler: one thread, batches formed from the waiting requests at admission."""
     t0 = clock()
-    pending = list(requests)
+    pending, arrivals = list(requests), []  # closed loop: sent when an earlier one is answered; open: timed
     if spec.rate is None:  # closed loop: N arrive at once, each later one when an earlier one finishes
         waiting = [(r, t0) for r in pending[:spec.concurrency]]
         pending = pending[spec.concurrency:]
@@ -242,7 +242,7 @@ def _run_batched(driver, requests: list[Request], spec: LoadSpec, clock, sleep) 
     size = min(driver.batch_size, spec.slots)
     timings: list[RequestTiming] = []
     dropped, reason = 0, None
-    while waiting or (arrivals if spec.rate is not None else False):
+    while waiting or arrivals:
         if spec.rate is not None:
             now = clock()
             while arrivals and arrivals[0][1] <= now:
@@ -276,44 +276,49 @@ def _run_streamed(driver, requests: list[Request], spec: LoadSpec) -> LoadRun:
     work: queue.Queue = queue.Queue()
     stop = threading.Event()
 
-    def worker() -> None:
+    def serve(req: Request, arrival: float) -> bool:
+        """Serve one request; False when it (or another thread's) failed."""
+        admitted = time.perf_counter()
+        try:
+            t = _timing(req, arrival, admitted, driver.serve(req))
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            with lock:
+                errors.append(err)
+            stop.set()
+            return False
+        with lock:
+            timings.append(t)
+        return not stop.is_set()
+
+    def closed_worker(first: Request) -> None:
+        """A closed loop's client: its next request is sent the moment its last one is answered."""
+        req, arrival = first, t0
+        while serve(req, arrival):
+            arrival = time.perf_counter()
+            with lock:
+                if not closed:
+                    return
+                req = closed.pop(0)
+
+    def open_worker() -> None:
         while not stop.is_set():
             try:
                 req, arrival = work.get(timeout=0.05)
             except queue.Empty:
                 continue
-            if req is None:
+            if req is None or not serve(req, arrival):
                 return
-            admitted = time.perf_counter()
-            try:
-                served = driver.serve(req)
-                t = _timing(req, arrival, admitted, served)
-            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-                with lock:
-                    errors.append(err)
-                stop.set()
-                return
-            with lock:
-                timings.append(t)
-                nxt = closed.pop(0) if spec.rate is None and closed else None
-            if nxt is not None:
-                work.put((nxt, time.perf_counter()))
-            elif spec.rate is None:
-                work.put((None, 0.0))
 
     t0 = time.perf_counter()
     closed: list[Request] = []
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(spec.slots)]
     dropped, reason = 0, None
     if spec.rate is None:
-        for r in requests[:spec.concurrency]:
-            work.put((r, t0))
         closed = list(requests[spec.concurrency:])
-        for _ in range(max(0, spec.concurrency - len(requests))):
-            work.put((None, 0.0))
+        threads = [threading.Thread(target=closed_worker, args=(r,), daemon=True) for r in requests[:spec.concurrency]]
         for th in threads:
             th.start()
     else:
+        threads = [threading.Thread(target=open_worker, daemon=True) for _ in range(spec.slots)]
         for th in threads:
             th.start()
         for i, (req, off) in enumerate(zip(requests, poisson_offsets(len(requests), spec.rate, spec.seed))):

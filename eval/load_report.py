@@ -84,6 +84,10 @@ def load_rows(report: dict[str, Any]) -> list[list[str]]:
 def _verdict_lines(report: dict[str, Any]) -> list[str]:
     out = []
     for v in report.get("load_gamma_verdicts") or []:
+        if v["per_state_gamma"] == v["fixed_gamma"]:
+            out.append(f"{v['method']} {_load_text(v)} ctx {v['bucket']} budget {v['budget']}: gamma "
+                       f"{v['per_state_gamma']} per state = the fixed one (one measurement)")
+            continue
         out.append(f"{v['method']} {_load_text(v)} ctx {v['bucket']} budget {v['budget']}: gamma "
                    f"{v['per_state_gamma']} (per-state) vs {v['fixed_gamma']} (fixed): TPOT "
                    f"{_ms(v['tpot_mean_s'][0])} vs {_ms(v['tpot_mean_s'][1])} ms "

@@ -2,6 +2,7 @@
 are known: a virtual clock for the static-batch scheduler, real (short) sleeps for the threaded stream driver."""
 
 import math
+import sys
 import threading
 import time
 
@@ -154,7 +155,9 @@ def test_closed_loop_threads_keep_n_in_flight():
     run = run_load(drv, reqs(9), LoadSpec(concurrency=3), warmup=Request("w", [1], 2))
     assert drv.peak == 3 and len(run.timings) == 9
     s = summarise(run)
-    assert s["queue_mean_s"] == pytest.approx(0.0, abs=1e-3)  # a closed loop admits on arrival
+    # a closed loop admits on arrival; what is left is a thread waiting for the GIL, at most about one switch
+    # interval per hand-over (two: the sending and the starting thread)
+    assert 0.0 <= s["queue_mean_s"] <= 2 * sys.getswitchinterval()
     # TPOT >= the sleep per token; a loaded 2-core machine may add scheduling delay, never remove it
     assert 0.004 <= s["tpot_mean_s"] < 0.05
     assert s["committed_tokens"] == 36
