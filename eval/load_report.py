@@ -7,7 +7,7 @@
   against concurrency (top row; one line per method and context bucket) and against context length (bottom row;
   one line per method and concurrency), one column per output budget. Points below 1.0x, where speculation costs
   more than it saves, are drawn as red crosses: the crossover.
-- ``load_itl_p95.png``: the same grid of p95 inter-token latency (ms), the plain engines included (grey); a red
+- ``load_itl_p95.png``: the same grid of p95 inter-token latency (ms), the plain engines included; a red
   cross marks a method whose p95 is worse than its plain engine's in that state (the design document's
   falsification test: "acceptance length improves while time/token or p95 deteriorates").
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,8 @@ def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse
     """Rows: vs concurrency, vs context length; columns: budgets."""
     closed = [r for r in recs if r["load"] == "closed" and not r["saturated"]]
     budgets = sorted({r["budget"] for r in closed}) or [0]
-    fig = Figure(figsize=(4.6 * len(budgets) + 2.6, 6.6), dpi=100)
+    width = max(4.6 * len(budgets) + 2.6, 9.5)  # one budget: still room for the title and the legend
+    fig = Figure(figsize=(width, 6.6), dpi=100)
     axes = fig.subplots(2, len(budgets), squeeze=False)
     handles: dict[str, Any] = {}
     flagged = False
@@ -159,7 +161,7 @@ def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse
                 pts.sort(key=lambda p: pos[p[0][xkey]])
                 xs, ys = [pos[p[0][xkey]] for p in pts], [p[1] for p in pts]
                 suffix = f", ctx {group}" if group_key == "bucket" else f", c={group}"
-                color = "#8c8c8c" if method in PLAIN else method_color(method)
+                color = method_color(method)  # the plain engines: vanilla grey, llamacpp brown, vllm green
                 marker = MARKERS[groups.index(group) % len(MARKERS)]
                 (h,) = ax.plot(xs, ys, style, marker=marker, ms=5, color=color, label=label + suffix)
                 handles.setdefault(label + suffix, h)
@@ -181,8 +183,8 @@ def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse
                              "p95 worse than the plain engine")] = h
     fig.legend(list(handles.values()), list(handles.keys()), loc="center right", fontsize=7, frameon=False,
                handlelength=3.5)
-    fig.suptitle(title, fontsize=10)
-    fig.subplots_adjust(left=0.07, right=1 - 2.5 / (4.6 * len(budgets) + 2.6), top=0.9, bottom=0.09,
+    fig.suptitle(textwrap.fill(title, 110), fontsize=10)
+    fig.subplots_adjust(left=0.08, right=1 - 3.0 / width, top=0.88, bottom=0.09,
                         hspace=0.45, wspace=0.3)
     fig.savefig(path)
     return path
