@@ -199,7 +199,8 @@ def cmd_eval(args) -> int:
 
     report = run_eval(plan_from_args(args))
     print(compact_table(report))
-    print(f"report: {Path(args.out) / 'report.html'} (and report.md; {len(report.get('runs', []))} runs)")
+    count = f"{len(report['load'])} load states" if "load" in report else f"{len(report.get('runs', []))} runs"
+    print(f"report: {Path(args.out) / 'report.html'} (and report.md; {count})")
     return 0
 
 

@@ -139,7 +139,7 @@ class LlamaCppServer:
         params.warmup = warmup  # an empty decode at start, so the first request's timings are steady
         params.fit_params = False  # fitting sizes GPU offload; on this CPU build it only loads the model twice
         params.endpoint_metrics = True  # the draft-round counter is only kept with metrics on
-        _set_draft(params.speculative, xl.common_speculative_type, threads, eagle3, ngram, dflash)
+        set_draft(params.speculative, xl.common_speculative_type, threads, eagle3, ngram, dflash)
         self.model_path, self.eagle3, self.ngram, self.dflash = model_path, eagle3, ngram, dflash
         try:
             self._server = xl.Server(params)
@@ -210,7 +210,7 @@ class LlamaCppServer:
         self.close()
 
 
-def _set_draft(spec, kind, threads: int, eagle3: Eagle3Draft | None, ngram: NgramDraft | None,
+def set_draft(spec, kind, threads: int, eagle3: Eagle3Draft | None, ngram: NgramDraft | None,
                dflash: DFlashDraft | None) -> None:
     """The speculative params of one draft kind (none: plain decoding)."""
     draft = eagle3 or dflash

@@ -41,7 +41,7 @@ METHOD_COLORS = {"vanilla": "#8c8c8c", "hf-generate": "#3b3b3b", "eagle3": "C0",
                  "vllm": "#2e7d32", "vllm-eagle3": "#00897b", "vllm-ngram": "#9e9d24", "dflash": "C9"}
 
 
-def _color(method: str) -> str:
+def method_color(method: str) -> str:
     return METHOD_COLORS.get(method, "C5")
 
 
@@ -123,7 +123,7 @@ def plot_headline(runs: list[dict[str, Any]], path: Path) -> Path:
         lo = np.array([1e3 * (r.get("time_per_token_min_s") or r["time_per_token_s"]) for r in rows])
         hi = np.array([1e3 * (r.get("time_per_token_max_s") or r["time_per_token_s"]) for r in rows])
         base = rows[0].get("baseline_method") if rows else None
-        colors = [_color(r["method"]) for r in rows]
+        colors = [method_color(r["method"]) for r in rows]
         ax.barh(ys, med, color=colors, xerr=[med - lo, hi - med], capsize=3, error_kw={"lw": 1})
         ax.set_yticks(ys, [method_label(r) for r in rows], fontsize=8)
         for y, r, h in zip(ys, rows, hi):
@@ -160,7 +160,7 @@ def plot_survival(runs: list[dict[str, Any]], path: Path) -> Path:
     for ax, (key, rows) in zip(axes, states.items()):
         for r in rows:
             pts = [(i + 1, s) for i, s in enumerate(r["survival"]) if s is not None]
-            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, color=_color(r["method"]))
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, color=method_color(r["method"]))
             handles.setdefault(r["method"], line)
             tag = f"n={r['tree_tokens']}" if r.get("tree_tokens") is not None else f"g={r.get('gamma')}"
             ax.annotate(tag, pts[-1], fontsize=7, xytext=(3, 0), textcoords="offset points")
@@ -286,7 +286,7 @@ def plot_itl_cdf(samples: Any, path: Path, keep: dict[tuple, set] | None = None)
         for s in series:
             xs = np.sort(np.asarray(s["gaps"], dtype=float) * 1e3)
             cdf = np.arange(1, len(xs) + 1) / len(xs)
-            (line,) = ax.step(xs, cdf, where="post", color=_color(s["method"]), lw=1.2)
+            (line,) = ax.step(xs, cdf, where="post", color=method_color(s["method"]), lw=1.2)
             handles.setdefault(s["method"], line)
         ax.set_xlim(0, cap * 1.02 if cap > 0 else 1)
         ax.set_ylim(0, 1.02)

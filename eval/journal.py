@@ -64,6 +64,7 @@ class Journal:
         self.path = Path(out) / CALLS
         self.plan_path = Path(out) / PLAN
         self.groups: dict[str, dict[tuple[str, int | None], dict]] = {}
+        self.loads: dict[str, dict] = {}  # a load sweep's states (eval/load_sweep.py), by their key
         self.launches: list[dict] = []
         if resume:
             if not self.path.is_file() or not self.plan_path.is_file():
@@ -95,7 +96,10 @@ class Journal:
                 if n == len(lines) - 1:
                     break  # a write cut by a kill: that group is measured again
                 raise ValueError(f"--resume: {self.path} line {n + 1} is not JSON; the journal is damaged") from None
-            self.groups[rec["group"]] = {(m, g): c for m, g, c in rec["calls"]}
+            if "load" in rec:
+                self.loads[rec["load"]] = rec["record"]
+            else:
+                self.groups[rec["group"]] = {(m, g): c for m, g, c in rec["calls"]}
 
     def _save_plan(self) -> None:
         tmp = self.plan_path.with_name(f".{PLAN}.tmp{os.getpid()}")
@@ -110,15 +114,32 @@ class Journal:
         self.launch["calls_replayed"] += len(keys)
         return {tuple(k): (result_from_dict(c["result"]), int(c["peak"])) for k, c in calls.items()}
 
-    def record(self, tag: Tag, rep: int, batch: int, calls: dict) -> None:
-        """Append a finished group ``{key: (GenerationResult, peak bytes)}`` and flush it to disk."""
-        line = json.dumps({"group": _group_key(tag, rep, batch),
-                           "calls": [[k[0], k[1], {"result": result_to_dict(r), "peak": int(p)}]
-                                     for k, (r, p) in calls.items()]})
+    def replay_load(self, key: str) -> dict | None:
+        """The record of a load state (one method, draft length, load, budget, context bucket, split) an earlier
+        launch measured, else None. A state is the unit: one cut by a kill is measured again, whole."""
+        rec = self.loads.get(key)
+        if rec is not None:
+            self.launch["calls_replayed"] += 1
+        return rec
+
+    def record_load(self, key: str, record: dict) -> None:
+        """Append a measured load state and flush it to disk."""
+        self._append({"load": key, "record": record})
+        self.loads[key] = record
+        self.launch["calls_measured"] += 1
+        self._save_plan()
+
+    def _append(self, rec: dict) -> None:
         with open(self.path, "a") as f:
-            f.write(line + "\n")
+            f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+    def record(self, tag: Tag, rep: int, batch: int, calls: dict) -> None:
+        """Append a finished group ``{key: (GenerationResult, peak bytes)}`` and flush it to disk."""
+        self._append({"group": _group_key(tag, rep, batch),
+                      "calls": [[k[0], k[1], {"result": result_to_dict(r), "peak": int(p)}]
+                                for k, (r, p) in calls.items()]})
         self.launch["calls_measured"] += len(calls)
         self._save_plan()
 

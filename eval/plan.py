@@ -28,7 +28,8 @@ from eaglehead.decode import DEFAULT_GAMMA
 
 from .journal import CALLS
 from .plan_options import (DEFAULT_TREE_DEPTH, DEFAULT_TREE_TOPK, LLAMACPP_DTYPES, check_llamacpp, check_tree_axis,
-                           default_tree_tokens, head_dtype_ok, parse_int_list)
+                           default_tree_tokens, head_dtype_ok, parse_budgets, parse_int_list,
+                           parse_rates)
 from .prompts import MT_BENCH, Prompt, is_long_context, load_prompt_set, split_prompts
 from .vllm_methods import HEAD_FORMATS, VLLM_METHODS, check_vllm_plan
 
@@ -85,7 +86,12 @@ class EvalPlan:
     gammas: tuple[int, ...] = (DEFAULT_GAMMA,)
     temperatures: tuple[float, ...] = (0.0,)
     batch_sizes: tuple[int, ...] = (1,)
-    max_new_tokens: int = 128  # the token budget of every request
+    max_new_tokens: int | tuple[int, ...] = 128  # the token budget of every request; several: a load sweep
+    # (--concurrency / --arrival-rate) runs each; EvalPlan keeps the largest here and all of them in ``budgets``
+    budgets: tuple[int, ...] = field(default=(), init=False)  # from max_new_tokens: the output budgets, in order
+    concurrency: tuple[int, ...] = ()  # load sweep (eval/load_sweep.py): closed loops with N requests in flight
+    arrival_rates: tuple[float, ...] = ()  # load sweep: open loops of Poisson arrivals, requests/s
+    load_requests: int | None = None  # requests per load state (None: eval/load_sweep.py's default)
     repeats: int = 1  # interleaved repeats of every timed pass: medians and min-max over them
     tune_fraction: float = 0.25
     max_prompts: int | None = None
@@ -137,8 +143,7 @@ class EvalPlan:
                                              math.isfinite(t) and t >= 0) for t in self.temperatures):
             raise ValueError(f"--temperature values must be finite numbers >= 0, got {list(self.temperatures)!r}")
         self.temperatures = tuple(float(t) for t in self.temperatures)
-        if not _positive_int(self.max_new_tokens):
-            raise ValueError(f"--max-new-tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        self._check_budgets_and_load()
         if not _positive_int(self.repeats):
             raise ValueError(f"--repeats must be an integer >= 1, got {self.repeats!r}")
         if self.report_to not in ("none", "wandb"):
@@ -161,6 +166,39 @@ class EvalPlan:
             raise ValueError(f"--batch-sizes must be comma-separated integers >= 1, got {list(self.batch_sizes)!r}")
         self.methods = self._resolve_methods()
         self._check_engines()
+        named = [m for m in (self.methods if self.load else []) if m in ("hf-generate", "hf-assisted")]
+        if named and self.methods_given:
+            raise ValueError(f"--methods {','.join(named)}: transformers' generate takes pre-formed batches only, so it "
+                             "cannot serve a load sweep (--concurrency / --arrival-rate); leave it out")
+
+    def _check_budgets_and_load(self) -> None:
+        """``--max-new-tokens`` (one integer, or several for a load sweep), ``--concurrency``, ``--arrival-rate``."""
+        many = isinstance(self.max_new_tokens, (list, tuple))
+        budgets = tuple(self.max_new_tokens) if many else (self.max_new_tokens,)
+        if not budgets or not all(_positive_int(b) for b in budgets):
+            raise ValueError(f"--max-new-tokens must be an integer >= 1 or comma-separated integers >= 1, got "
+                             f"{self.max_new_tokens!r}")
+        self.budgets = tuple(dict.fromkeys(budgets))
+        self.max_new_tokens = max(self.budgets)  # the context checks reserve the largest budget
+        self.concurrency = tuple(dict.fromkeys(self.concurrency))
+        if not all(_positive_int(n) for n in self.concurrency):
+            raise ValueError(f"--concurrency must be comma-separated integers >= 1, got {list(self.concurrency)!r}")
+        self.arrival_rates = tuple(self.arrival_rates)
+        if not all(not isinstance(r, bool) and isinstance(r, (int, float)) and math.isfinite(r) and r > 0
+                   for r in self.arrival_rates):
+            raise ValueError(f"--arrival-rate must be comma-separated numbers of requests/s > 0, got "
+                             f"{list(self.arrival_rates)!r}")
+        self.arrival_rates = tuple(dict.fromkeys(float(r) for r in self.arrival_rates))
+        if self.load_requests is not None and not _positive_int(self.load_requests):
+            raise ValueError(f"--load-requests must be an integer >= 1, got {self.load_requests!r}")
+        if len(self.budgets) > 1 and not self.load:
+            raise ValueError(f"--max-new-tokens {','.join(map(str, self.budgets))}: several budgets run in a load "
+                             "sweep only; add --concurrency (e.g. 1,2,4) or --arrival-rate, or give one budget")
+
+    @property
+    def load(self) -> bool:
+        """A load sweep (eval/load_sweep.py): requests arrive instead of pre-formed batches."""
+        return bool(self.concurrency or self.arrival_rates)
 
     def _check_engines(self) -> None:
         """Tree shape and llama.cpp options (errors name the option)."""
@@ -181,7 +219,12 @@ class EvalPlan:
         if any(m in VLLM_METHODS for m in self.methods):
             check_vllm_plan(self)
 
+    @property
+    def methods_given(self) -> bool:
+        return self._methods_given
+
     def _resolve_methods(self) -> list[str]:
+        self._methods_given = self.methods is not None
         if self.methods is None:
             names = ["vanilla", "hf-generate", "prompt-lookup"] + [
                 m for m in DRAFT_KEYS if m in self.drafts or m in self.drafter_factories]
@@ -291,9 +334,10 @@ class EvalPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data for the report (the factories are code: only their method names)."""
-        out = {k: v for k, v in vars(self).items() if k != "drafter_factories"}
+        out = {k: v for k, v in vars(self).items() if k != "drafter_factories" and not k.startswith("_")}
         out.update(gammas=list(self.gammas), tree_tokens=list(self.tree_tokens), temperatures=list(self.temperatures),
-                   batch_sizes=list(self.batch_sizes), prompt_set=self.prompt_set,
+                   batch_sizes=list(self.batch_sizes), prompt_set=self.prompt_set, budgets=list(self.budgets),
+                   concurrency=list(self.concurrency), arrival_rates=list(self.arrival_rates),
                    drafter_factories=sorted(self.drafter_factories))
         return out
 
@@ -389,7 +433,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
       "decoding, ~95 s a server start on 2 cores instead of ~30 s eager)")
     a("--temperature", type=float, nargs="+", default=[0.0], help="one or more temperatures (0 = greedy)")
     a("--batch-sizes", default="1", help="comma-separated batch sizes, e.g. 1,4,8")
-    a("--max-new-tokens", type=int, default=128)
+    a("--max-new-tokens", default="128", help="the output budget of every request; comma-separated budgets "
+      "(e.g. 64,256,1024) run each in a load sweep (--concurrency / --arrival-rate)")
+    a("--concurrency", default=None, help="load sweep: closed loops with N requests in flight, comma-separated "
+      "(e.g. 1,2,4,8): the engines batch continuously, the torch loop forms static batches of the waiting requests")
+    a("--arrival-rate", default=None, help="load sweep: open loops of seeded Poisson arrivals, requests/s, "
+      "comma-separated; in-flight capacity = the largest --concurrency (default 4); a rate the engine cannot keep "
+      "up with is reported as saturated")
+    a("--load-requests", type=int, default=None, help="load sweep: requests per state (default: the split's "
+      "prompts of the context bucket, cycled to at least 2 x the concurrency)")
     a("--repeats", type=int, default=1, help="interleaved repeats of every timed pass; the report gives medians "
       "and min-max, and --gamma auto chooses on medians (3 or more make single outliers harmless)")
     a("--tune-fraction", type=float, default=0.25, help="share of each category used to tune gamma")
@@ -417,7 +469,11 @@ def plan_from_args(args: argparse.Namespace,
     tree_tokens = None if args.tree_tokens is None else tuple(parse_int_list(args.tree_tokens, "--tree-tokens"))
     return EvalPlan(target=args.target, prompts=args.prompts, drafts={m: p for m, p in drafts.items() if p},
                     methods=methods, gamma_mode=mode, gammas=tuple(gammas), temperatures=tuple(args.temperature),
-                    batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)), max_new_tokens=args.max_new_tokens,
+                    batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)),
+                    max_new_tokens=parse_budgets(args.max_new_tokens),
+                    concurrency=tuple(parse_int_list(args.concurrency, "--concurrency")) if args.concurrency else (),
+                    arrival_rates=parse_rates(args.arrival_rate) if args.arrival_rate else (),
+                    load_requests=args.load_requests,
                     repeats=args.repeats, tree_tokens=tree_tokens, tree_depth=args.tree_depth,
                     tree_topk=args.tree_topk, llamacpp_dtype=args.llamacpp_dtype,
                     llamacpp_head_dtype=args.llamacpp_head_dtype, threads=args.threads, report_to=args.report_to,

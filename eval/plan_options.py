@@ -52,6 +52,24 @@ def parse_int_list(text: str, option: str) -> list[int]:
     return values
 
 
+def parse_budgets(text) -> int | tuple[int, ...]:
+    """``"128"`` -> 128 (one budget, as always); ``"64,256,1024"`` -> (64, 256, 1024) (a load sweep's budgets)."""
+    if isinstance(text, int):
+        return text
+    values = parse_int_list(text, "--max-new-tokens")
+    return values[0] if len(values) == 1 and "," not in str(text) else tuple(values)
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(v) for v in str(text).split(",") if v.strip())
+    except ValueError:
+        rates = ()
+    if not rates:
+        raise ValueError(f"--arrival-rate must be comma-separated numbers of requests/s > 0, got {text!r}")
+    return rates
+
+
 def default_tree_tokens(gamma_mode: str) -> tuple[int, ...]:
     return (DEFAULT_TREE_TOKENS,) if gamma_mode == "fixed" else DEFAULT_TREE_AXIS
 

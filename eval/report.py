@@ -332,13 +332,13 @@ def _check_spread(runs: list[dict[str, Any]], rel_tol: float) -> list[str]:
     return out
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return _jsonable(dataclasses.asdict(x))
+        return jsonable(dataclasses.asdict(x))
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, Path):
         return str(x)
     if hasattr(x, "item") and callable(x.item):  # numpy / torch scalars
@@ -402,7 +402,7 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> dict[str, Path]
             raise ValueError(f"report['runs'][{i}] lacks keys {missing}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = _jsonable(report)
+    data = jsonable(report)
     violations = check_report_consistency(data)
     data["consistency_violations"] = violations
     files = {"report.json": out / "report.json", "report.md": out / "report.md"}

@@ -20,7 +20,7 @@ from typing import Any
 from .tables import IDENTITY_TITLE, PREAMBLE, TABLE_COLUMNS, compact_table, identity_items, report_tables, selection_text
 
 FIGURE_ORDER = ("headline.png", "survival.png", "round_time.png", "gamma_sweep.png", "itl_cdf.png")
-_STYLE = """
+PAGE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1280px; color: #222; }
 table { border-collapse: collapse; font-size: 12px; margin: 0.5em 0 1.5em; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
@@ -31,7 +31,7 @@ pre { background: #f7f7f7; padding: 0.5em; font-size: 11px; overflow-x: auto; }
 """
 
 
-def _img(path: Path, alt: str) -> str:
+def img_tag(path: Path, alt: str) -> str:
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
@@ -49,11 +49,11 @@ def render_html(report: dict[str, Any], files: dict[str, Path]) -> str:
     cfg = report.get("config", {})
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>eaglehead eval: {e(str(cfg.get('prompt_set', '')))}</title>",
-             f"<style>{_STYLE}</style></head><body>",
+             f"<style>{PAGE_STYLE}</style></head><body>",
              f"<h1>eaglehead evaluation: {e(str(cfg.get('prompt_set', '')))}</h1>",
              f"<p>{e(PREAMBLE)}</p>", "<h2>Summary (test split)</h2>", f"<pre>{e(compact_table(report))}</pre>"]
     if "headline.png" in files:
-        parts.append(_img(files["headline.png"], "time per token and speedup per method and serving state"))
+        parts.append(img_tag(files["headline.png"], "time per token and speedup per method and serving state"))
     violations = report.get("consistency_violations") or []
     parts.append('<p class="ok">Consistency checks: all passed.</p>' if not violations else
                  '<p class="bad">Consistency violations:</p><ul>' + "".join(f"<li>{e(v)}</li>" for v in violations)
@@ -71,7 +71,7 @@ def render_html(report: dict[str, Any], files: dict[str, Path]) -> str:
     parts.append("<h2>Figures</h2>")
     for name in FIGURE_ORDER[1:]:
         if name in files:
-            parts += [f"<h3>{e(name)}</h3>", _img(files[name], name)]
+            parts += [f"<h3>{e(name)}</h3>", img_tag(files[name], name)]
     for key in ("config", "versions", "hardware"):
         if report.get(key):
             parts.append(f"<details><summary>{e(key)}</summary><pre>{e(json.dumps(report[key], indent=2))}</pre>"

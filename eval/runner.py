@@ -125,7 +125,7 @@ def _tree_drafter(plan: EvalPlan, method: str, target, drafters: dict, device: t
     return drafter
 
 
-def _load_models(plan: EvalPlan):
+def load_models(plan: EvalPlan):
     """(models, tokenizer): the target, the draft LM when a method needs it, and every drafter."""
     device = torch.device(plan.device)
     target, tok = load_target(plan.target, dtype=plan.dtype, device=device)
@@ -229,7 +229,7 @@ def _run_state(plan: EvalPlan, models: Models, items: tuple[list[Item], list[Ite
                                   **state, "split": "test"})
 
 
-def _encode(plan: EvalPlan, models: Models, tok, tune_prompts, test_prompts) -> tuple[tuple, tuple[dict, dict]]:
+def encode_items(plan: EvalPlan, models: Models, tok, tune_prompts, test_prompts) -> tuple[tuple, tuple[dict, dict]]:
     """((tune, test) items, (category, turn) of every prompt id): multi-turn prompts expanded (turn k after
     the target's own cached greedy answers to turns < k) and encoded."""
     answers = earlier_answers(models.target, tok, tune_prompts + test_prompts, max_new_tokens=plan.max_new_tokens,
@@ -260,13 +260,18 @@ def _state_notes(plan: EvalPlan) -> list[str]:
 
 
 def run_eval(plan: EvalPlan) -> dict:
-    """Run the evaluation ``plan`` describes, write the report into ``plan.out`` and return it."""
+    """Run the evaluation ``plan`` describes, write the report into ``plan.out`` and return it. A plan with
+    ``--concurrency`` or ``--arrival-rate`` is a load sweep (``load_sweep.py``)."""
+    if plan.load:
+        from .load_sweep import run_load_eval
+
+        return run_load_eval(plan)
     tune_prompts, test_prompts = plan.load_prompts()  # prompt errors come before any model is loaded
-    models, tok = _load_models(plan)
+    models, tok = load_models(plan)
     journal = Journal(plan.out, plan_fingerprint(plan.to_dict(), model_fingerprint(models.target),
                                                  {m: path_digest(p) for m, p in sorted(plan.drafts.items())}),
                       resume=plan.resume)
-    (tune, test), labels = _encode(plan, models, tok, tune_prompts, test_prompts)
+    (tune, test), labels = encode_items(plan, models, tok, tune_prompts, test_prompts)
     if any(m in LLAMACPP_METHODS for m in plan.methods):
         longest = max(len(ids) for _, ids in tune + test)
         models.llamacpp = LlamaCppEngines.for_plan(plan, tok, models.eos, n_ctx=longest + plan.max_new_tokens)

@@ -94,12 +94,12 @@ def run_call(m: Models, method: str, gamma: int | None, ids, mask, sampling: Sam
     return speculative_generate(m.target, m.drafters[method], ids, gamma=gamma, **common)
 
 
-def _peak_reset(device) -> None:
+def peak_reset(device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def _peak_read(device) -> int:
+def peak_read(device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -134,9 +134,9 @@ def run_state(m: Models, items: list[Item], keys: list[Key], temperature: float,
                     warm = True
                 group = {}
                 for key in order:
-                    _peak_reset(m.device)
+                    peak_reset(m.device)
                     res = run_call(m, key[0], key[1], ids, mask, sampling, m.max_new, m.seed + i)
-                    group[key] = (res, _peak_read(m.device))
+                    group[key] = (res, peak_read(m.device))
                     if bar is not None:
                         bar.set_postfix_str(f"T={temperature:g} B={batch_size} {key[0]} gamma={key[1]} "
                                             f"repeat {rep + 1}/{repeats}", refresh=False)

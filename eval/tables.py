@@ -113,7 +113,12 @@ def report_tables(runs: list[dict[str, Any]]) -> list[tuple[str, str | None, lis
 
 def compact_table(report: dict[str, Any]) -> str:
     """A few lines for a terminal: the test split (category all) per serving state, each method at its
-    fastest gamma: tau, ms/token with its min-max, speedup against the fastest baseline."""
+    fastest gamma: tau, ms/token with its min-max, speedup against the fastest baseline. A load sweep's report
+    (``report["load"]``) prints ``load_report.load_table``."""
+    if report.get("load") is not None:
+        from .load_report import load_table
+
+        return load_table(report)
     lines = []
     for key, rows in headline_runs(report["runs"]).items():
         base = next((r.get("baseline_method") for r in rows if r.get("baseline_method")), None)

@@ -321,7 +321,7 @@ def test_cpu_linear_packs_every_model_the_run_loads(workspace, tmp_path):
     from eaglehead.draftheads.config import Eagle3Config
     from eaglehead.draftheads.eagle3 import Eagle3Head
     from eaglehead.draftheads.vocab import build_draft_vocab
-    from eaglehead.eval.runner import _load_models
+    from eaglehead.eval.runner import load_models
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(workspace["root"] / "target")
@@ -335,7 +335,7 @@ def test_cpu_linear_packs_every_model_the_run_loads(workspace, tmp_path):
     def linears(module):
         return [type(m) for m in module.modules() if isinstance(m, (nn.Linear, PackedLinear))]
 
-    models, _ = _load_models(_args(workspace, tmp_path / "a", *common))
+    models, _ = load_models(_args(workspace, tmp_path / "a", *common))
     drafter_head = models.drafters["eagle3"].head
     assert models.drafters["eagle3-tree"].head is drafter_head
     for module in (models.target, models.draft_lm, drafter_head):
@@ -343,7 +343,7 @@ def test_cpu_linear_packs_every_model_the_run_loads(workspace, tmp_path):
         assert kinds and set(kinds) == {PackedLinear}
     plan = _args(workspace, tmp_path / "b", *common, "--cpu-linear", "plain")
     assert plan.to_dict()["cpu_linear"] == "plain"
-    models, _ = _load_models(plan)
+    models, _ = load_models(plan)
     for module in (models.target, models.draft_lm, models.drafters["eagle3"].head):
         assert set(linears(module)) == {nn.Linear}
     with pytest.raises(ValueError, match="--cpu-linear must be one of"):
