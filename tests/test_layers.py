@@ -29,8 +29,10 @@ LAYERS = {
     "diagnostics": ("diagnostics", {"engines", "eval", "decode", "train", "draftheads", "builtin"}),
     "demos": ("demos", {"engines", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads",
                         "builtin", "configs"}),
+    # the generated documentation pages: config dataclasses in, Markdown out (the top package passes the parser)
+    "docsgen": ("docsgen", {"train", "datagen", "pretrain", "builtin"}),
     "": ("cli", {"engines", "demos", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads",
-                 "builtin", "configs"}),
+                 "builtin", "configs", "docsgen"}),
 }
 SUBPACKAGES = {name for name in LAYERS if name} | {"configs"}
 
