@@ -25,7 +25,7 @@ from eaglehead.docsgen.results import dump_summary, load_reports, readme_blocks,
     summarize
 
 # Defaults the parser computes from the machine it runs on, shown as the rule instead of this machine's value.
-ENV_DEFAULTS = {("generate", "device"): "`cuda` when a GPU is visible, else `cpu`"}
+ENV_DEFAULTS = {(command, "device"): "`cuda` when a GPU is visible, else `cpu`" for command in ("generate", "eval")}
 
 
 def generated_files(root: Path) -> dict[Path, str]:
