@@ -116,6 +116,16 @@ def field_comments(cls: type) -> dict[str, str]:
     return comments
 
 
+def type_text(annotation: Any) -> str:
+    """A field's type as written: the source's annotation text (``from __future__ import annotations``), or the
+    name of a class, or ``typing``'s own text without its module prefix."""
+    if isinstance(annotation, str):
+        return annotation
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
 def _field_default(f: dataclasses.Field) -> str:
     """A field's default as text (a nested section's default is its own table)."""
     if f.default is not dataclasses.MISSING:
@@ -138,7 +148,7 @@ def _section_rows(cls: type, prefix: str, out: list[tuple[str, type]]) -> list[s
         if dataclasses.is_dataclass(hints[f.name]):
             out.append((f"{key}.", hints[f.name]))
             text = f"section [`{key}`](#{key.replace('.', '')})"
-        rows.append(f"| {md_code(key)} | {md_cell(md_code(f.type))} | {md_cell(text)} | {md_text(comments.get(f.name, ''))} |")
+        rows.append(f"| {md_code(key)} | {md_cell(md_code(type_text(f.type)))} | {md_cell(text)} | {md_text(comments.get(f.name, ''))} |")
     return rows
 
 
