@@ -167,16 +167,20 @@ def _states(report: dict) -> list[tuple]:
 
 
 def state_table(report: dict, state: tuple) -> str:
-    """Every summary row of one serving state (prompt set, temperature, batch size)."""
-    rows = ["| method | engine | weights | drafting | tau | ms/token | speedup (baseline) | vs the engine's plain |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for run in report["runs"]:
-        if tuple(run[k] for k in STATE_KEYS) != state:
-            continue
+    """Every summary row of one serving state (prompt set, temperature, batch size). The engine columns are shown
+    only when an engine other than torch ran in the state (the weights are then per engine)."""
+    runs = [r for r in report["runs"] if tuple(r[k] for k in STATE_KEYS) == state]
+    engines = any(r["engine"] != "torch" for r in runs)
+    head = ["method", *(["engine", "weights"] if engines else []), "drafting", "tau", "ms/token", "speedup (baseline)",
+            *(["vs the engine's plain"] if engines else [])]
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for run in runs:
         base = f" ({run['baseline_method']})" if run.get("baseline_method") and run.get("speedup") else ""
-        plain = _x(run.get("speedup_vs_engine")) if run["engine"] != "torch" else "-"
-        rows.append(f"| {run['method']} | {run['engine']} | {weights(report, run['engine'])} | {draft_text(run)} | "
-                    f"{_tau(run)} | {_ms(run)} | {_x(run.get('speedup'))}{base} | {plain} |")
+        cells = [run["method"], *([run["engine"], weights(report, run["engine"])] if engines else []), draft_text(run),
+                 _tau(run), _ms(run), f"{_x(run.get('speedup'))}{base}"]
+        if engines:
+            cells.append(_x(run.get("speedup_vs_engine")) if run["engine"] != "torch" else "-")
+        rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
