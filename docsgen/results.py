@@ -222,7 +222,8 @@ def results_page(reports: list[tuple[str, dict]]) -> str:
     for name, report in reports:
         lines += ["", f"## {name}", "", f"**{report['summary']['title']}**", ""]
         for state in _states(report):
-            lines += [f"### {name}: {_state_title(state)}", "", state_table(report, state), ""]
+            dtype = f", target {report['config']['dtype']}" if report["config"].get("dtype") else ""
+            lines += [f"### {name}: {_state_title(state)}{dtype}", "", state_table(report, state), ""]
         lines += ["Provenance:", ""] + provenance(report) + ["", f"Summary file: [report.json](reports/{name}/report.json)", ""]
     lines += ["", "History: `BENCHMARKS.md` in the repository is the lab notebook these runs were recorded in "
               "(dated entries, in the order they happened)."]
