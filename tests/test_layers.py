@@ -29,8 +29,10 @@ LAYERS = {
     "diagnostics": ("diagnostics", {"engines", "eval", "decode", "train", "draftheads", "builtin"}),
     "demos": ("demos", {"engines", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads",
                         "builtin", "configs"}),
+    # the generated documentation pages: config dataclasses in, Markdown out (the top package passes the parser)
+    "docsgen": ("docsgen", {"train", "datagen", "pretrain", "builtin"}),
     "": ("cli", {"engines", "demos", "diagnostics", "pretrain", "datagen", "eval", "decode", "train", "draftheads",
-                 "builtin", "configs"}),
+                 "builtin", "configs", "docsgen"}),
 }
 SUBPACKAGES = {name for name in LAYERS if name} | {"configs"}
 
@@ -167,3 +169,18 @@ def test_the_shape_checker_catches_a_long_function_a_long_module_and_a_private_i
     (fake / "peek.py").write_text("from .report import _fmt\n")
     found = "\n".join(shape_violations(tmp_path))
     assert "f is 81 lines" in found and "big.py: 501 lines" in found and "private names ['_fmt']" in found
+
+
+def test_the_readme_layer_table_is_this_table():
+    """The README's "may import" table names every package of LAYERS with exactly its allowed imports."""
+    text = (ROOT / "README.md").read_text()
+    rows = {}
+    for line in text.split("| package | may import |")[1].split("\n\n")[0].splitlines()[2:]:
+        name, allowed = (c.strip() for c in line.strip("|").split("|"))
+        rows[name.replace("`", "")] = allowed
+    assert set(rows) == {name or "top (cli/)" for name in LAYERS}, sorted(rows)
+    for name, (_, allowed) in LAYERS.items():
+        cell = rows[name or "top (cli/)"]
+        if cell.startswith(("nothing else", "all of the above", "everything")):
+            continue
+        assert {c.strip(" `") for c in cell.split(",")} == allowed, name
