@@ -46,3 +46,21 @@ def pad_token_id(tok, eos: set[int]) -> int:
     if tok.pad_token_id is not None:
         return tok.pad_token_id
     return min(eos) if eos else 0
+
+
+def thinking_kwargs(enable_thinking: bool | None) -> dict:
+    """The extra variables a chat template is rendered with for ``enable_thinking`` (Qwen3-style reasoning
+    targets): none for ``None``, the template's own default."""
+    return {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+
+
+def check_enable_thinking(template, enable_thinking: bool | None, key: str, of: str = "") -> None:
+    """A ``ValueError`` naming config ``key`` when ``enable_thinking`` is set but ``template`` (a chat template
+    string, a dict of named ones, or None) never reads ``enable_thinking``: the setting would silently do nothing.
+    ``of`` names whose template it is in the message (e.g. `` of target 'x'``)."""
+    if enable_thinking is None:
+        return
+    texts = template.values() if isinstance(template, dict) else [template or ""]
+    if not any("enable_thinking" in t for t in texts):
+        raise ValueError(f"{key} is {str(enable_thinking).lower()}, but the chat template{of} never reads "
+                         f"enable_thinking: the setting would change nothing. Set {key}: null for this target")

@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from eaglehead.builtin.shipped import file_sha256
 from eaglehead.builtin.typed_config import parse_config_args
+from eaglehead.builtin.text import thinking_kwargs
 from eaglehead.decode import SamplingConfig
 
 from . import chat_data as cd
@@ -54,7 +55,7 @@ from .config import ChatDataConfig, config_differences, shard_defining
 from .engines import open_engine, request_seed
 from .stream import sample_stream
 from .task_prompts import category_task_prompts
-from .thinking import check_enable_thinking, template_kwargs, thinking_warnings
+from .thinking import check_enable_thinking, thinking_warnings
 from .workers import ShardJob, sample_in_workers
 
 SENTINEL = "\x00EAGLEHEAD-USER-TURN\x00"
@@ -80,7 +81,7 @@ class _Target:
             raise ValueError(f"target {cfg.target!r}: its tokenizer has no chat template; chat data needs one")
         check_enable_thinking(self.tok, cfg.regenerate.enable_thinking, cfg.target)
         # regenerate.enable_thinking, passed to every render of a conversation (datagen/thinking.py)
-        self.template_kwargs = template_kwargs(cfg.regenerate.enable_thinking)
+        self.template_kwargs = thinking_kwargs(cfg.regenerate.enable_thinking)
         turn_end = self._turn_end()
         self.eos = eos_token_ids(self.model, self.tok) | turn_end
         self.pad = pad_token_id(self.tok, self.eos)

@@ -10,26 +10,16 @@ become the answer's text as the target wrote it.
 
 from __future__ import annotations
 
+from eaglehead.builtin.text import check_enable_thinking as check_reads
+
 # Below this many new tokens a reasoning answer is likely cut before it ends (its thinking alone often runs longer).
 THINKING_MIN_NEW_TOKENS = 1024
-
-
-def template_kwargs(enable_thinking: bool | None) -> dict:
-    """The extra variables the chat template is rendered with: none for ``None`` (the template's own default)."""
-    return {} if enable_thinking is None else {"enable_thinking": enable_thinking}
 
 
 def check_enable_thinking(tokenizer, enable_thinking: bool | None, target: str) -> None:
     """A ``ValueError`` when ``regenerate.enable_thinking`` is set but the target's chat template never reads
     ``enable_thinking`` (the setting would silently do nothing)."""
-    if enable_thinking is None:
-        return
-    template = tokenizer.chat_template
-    texts = template.values() if isinstance(template, dict) else [template or ""]
-    if not any("enable_thinking" in t for t in texts):
-        raise ValueError(f"regenerate.enable_thinking is {str(enable_thinking).lower()}, but the chat template of "
-                         f"target {target!r} never reads enable_thinking: the setting would change nothing. Set "
-                         "regenerate.enable_thinking: null for this target")
+    check_reads(tokenizer.chat_template, enable_thinking, "regenerate.enable_thinking", f" of target {target!r}")
 
 
 def thinking_warnings(enable_thinking: bool | None, max_new_tokens: int) -> list[str]:

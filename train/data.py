@@ -41,7 +41,7 @@ from datasets import (
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from eaglehead.builtin.text import left_pad
+from eaglehead.builtin.text import check_enable_thinking, left_pad, thinking_kwargs
 
 from .chat_rows import TemplateHistoryError, TurnRows, conversation_rows, tokenize_conversation
 from .config import DataConfig
@@ -301,14 +301,9 @@ def regenerate(
     is passed to the template when not None, and refused for a template that never reads it. The answers cut at
     ``max_new_tokens`` (no EOS) are counted in the log line, and in ``regenerate.last_stats``.
     """
-    template_kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    if template_kwargs:
-        text = chat_template if chat_template is not None else tokenizer.chat_template
-        texts_read = text.values() if isinstance(text, dict) else [text or ""]
-        if not any("enable_thinking" in t for t in texts_read):
-            raise ValueError(f"data.regen_enable_thinking is {str(enable_thinking).lower()}, but the chat template "
-                             "never reads enable_thinking: the setting would change nothing. Set "
-                             "data.regen_enable_thinking: null for this target")
+    check_enable_thinking(chat_template if chat_template is not None else tokenizer.chat_template, enable_thinking,
+                          "data.regen_enable_thinking")
+    template_kwargs = thinking_kwargs(enable_thinking)
     convs = [[dict(m) for m in msgs] for msgs in dataset["messages"]]
     texts = dataset["text"]
     turns = [[j for j, m in enumerate(c) if m["role"] == "assistant"] for c in convs]
@@ -348,7 +343,7 @@ def regenerate(
                 for n, new in zip(chunk, outs):
                     cut = next((p for p, t in enumerate(new) if t in eos), len(new))
                     answers += 1
-                    cut_at_limit += cut == len(new) and len(new) >= max_new_tokens
+                    cut_at_limit += cut == len(new)  # no EOS: only a row that ran max_new_tokens has none
                     i, j = todo[n]
                     convs[i][j]["content"] = tokenizer.decode(new[:cut], skip_special_tokens=True)
     model.train(was_training)
