@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-import numpy as np
+from .metrics import mean_of, percentile
 
 SATURATION_MARGIN = 0.10  # admitted rate below (1 - this) x arrival rate: the queue grew over the run
 
@@ -362,14 +362,6 @@ def _finish(spec: LoadSpec, timings: list[RequestTiming], t0: float, offered: in
     return LoadRun(spec, timings, t0, offered, dropped, reason)
 
 
-def _pct(xs: list[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) if xs else None
-
-
-def _mean(xs: list[float]) -> float | None:
-    return math.fsum(xs) / len(xs) if xs else None
-
-
 LATENCY_FIELDS = ("queue_mean_s", "queue_p95_s", "ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "e2e_mean_s",
                   "e2e_p50_s", "e2e_p95_s", "tpot_mean_s", "tpot_p50_s", "tpot_p95_s", "itl_p50_s", "itl_p95_s",
                   "itl_p99_s", "itl_event_p50_s", "itl_event_p95_s", "itl_event_p99_s", "tokens_per_s",
@@ -397,12 +389,12 @@ def summarise(run: LoadRun) -> dict[str, Any]:
     e2e = [t.e2e_s for t in ts if t.e2e_s is not None]
     tpot = [t.tpot_s for t in ts if t.tpot_s is not None]
     tps = committed / window if window > 0 else None
-    out.update(window_s=window, queue_mean_s=_mean(queue_s), queue_p95_s=_pct(queue_s, 95),
-               ttft_mean_s=_mean(ttft), ttft_p50_s=_pct(ttft, 50), ttft_p95_s=_pct(ttft, 95),
-               e2e_mean_s=_mean(e2e), e2e_p50_s=_pct(e2e, 50), e2e_p95_s=_pct(e2e, 95),
-               tpot_mean_s=_mean(tpot), tpot_p50_s=_pct(tpot, 50), tpot_p95_s=_pct(tpot, 95),
-               itl_p50_s=_pct(gaps, 50), itl_p95_s=_pct(gaps, 95), itl_p99_s=_pct(gaps, 99),
-               itl_event_p50_s=_pct(event_gaps, 50), itl_event_p95_s=_pct(event_gaps, 95),
-               itl_event_p99_s=_pct(event_gaps, 99), tokens_per_s=tps,
+    out.update(window_s=window, queue_mean_s=mean_of(queue_s), queue_p95_s=percentile(queue_s, 95),
+               ttft_mean_s=mean_of(ttft), ttft_p50_s=percentile(ttft, 50), ttft_p95_s=percentile(ttft, 95),
+               e2e_mean_s=mean_of(e2e), e2e_p50_s=percentile(e2e, 50), e2e_p95_s=percentile(e2e, 95),
+               tpot_mean_s=mean_of(tpot), tpot_p50_s=percentile(tpot, 50), tpot_p95_s=percentile(tpot, 95),
+               itl_p50_s=percentile(gaps, 50), itl_p95_s=percentile(gaps, 95), itl_p99_s=percentile(gaps, 99),
+               itl_event_p50_s=percentile(event_gaps, 50), itl_event_p95_s=percentile(event_gaps, 95),
+               itl_event_p99_s=percentile(event_gaps, 99), tokens_per_s=tps,
                time_per_token_s=1.0 / tps if tps else None)
     return out

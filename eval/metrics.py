@@ -124,11 +124,11 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def _percentile(xs: list[float], q: float) -> float | None:
+def percentile(xs: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) if xs else None
 
 
-def _mean(xs: list[float]) -> float | None:
+def mean_of(xs: list[float]) -> float | None:
     return math.fsum(xs) / len(xs) if xs else None
 
 
@@ -315,33 +315,33 @@ def compute_metrics(results: Any) -> DecodeMetrics:
         survival=survival,
         conditional=conditional,
         acceptance_rate=_ratio(accepted, drafted),
-        t_draft_mean_s=_mean(t_d),
-        t_verify_mean_s=_mean(t_v),
-        t_rest_mean_s=_mean(t_b),
-        round_time_mean_s=_mean(round_times),
+        t_draft_mean_s=mean_of(t_d),
+        t_verify_mean_s=mean_of(t_v),
+        t_rest_mean_s=mean_of(t_b),
+        round_time_mean_s=mean_of(round_times),
         round_time_total_s=round_total,
         committed_per_round=_ratio(committed, len(round_times)),
         time_per_token_s=_ratio(round_total, committed),
         wall_time_s=wall,
         throughput_tok_s=_ratio(sum(out_lens), wall),
-        ttft_s=_mean(ttft),
-        ttft_p50_s=_percentile(ttft, 50),
-        ttft_p95_s=_percentile(ttft, 95),
-        latency_s=_mean(latency),
-        latency_p50_s=_percentile(latency, 50),
-        latency_p95_s=_percentile(latency, 95),
-        tpot_s=_mean(tpot),
-        itl_mean_s=_mean(itl),
-        itl_p50_s=_percentile(itl, 50),
-        itl_p95_s=_percentile(itl, 95),
-        itl_p99_s=_percentile(itl, 99),
-        itl_event_p50_s=_percentile(itl_ev, 50),
-        itl_event_p95_s=_percentile(itl_ev, 95),
-        itl_event_p99_s=_percentile(itl_ev, 99),
-        output_len_mean=_mean([float(x) for x in out_lens]),
+        ttft_s=mean_of(ttft),
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p95_s=percentile(ttft, 95),
+        latency_s=mean_of(latency),
+        latency_p50_s=percentile(latency, 50),
+        latency_p95_s=percentile(latency, 95),
+        tpot_s=mean_of(tpot),
+        itl_mean_s=mean_of(itl),
+        itl_p50_s=percentile(itl, 50),
+        itl_p95_s=percentile(itl, 95),
+        itl_p99_s=percentile(itl, 99),
+        itl_event_p50_s=percentile(itl_ev, 50),
+        itl_event_p95_s=percentile(itl_ev, 95),
+        itl_event_p99_s=percentile(itl_ev, 99),
+        output_len_mean=mean_of([float(x) for x in out_lens]),
         output_len_min=min(out_lens, default=None),
         output_len_max=max(out_lens, default=None),
-        output_len_p50=_percentile([float(x) for x in out_lens], 50),
+        output_len_p50=percentile([float(x) for x in out_lens], 50),
         wall_time_per_token_s=_ratio(wall, sum(out_lens)),
     )
     stats = [getattr(r, "engine_stats", None) for r in results]
