@@ -9,6 +9,7 @@ category ``all``, turn ``all``), plus a ``summary`` block that says where it com
                  "prompts": "MT-bench: 80 questions, both turns",          # what the prompt set was
                  "prompts_short": "MT-bench, 80 x 2 turns",  # optional: the headline's prompts column
                  "readme": "headline",       # optional: "headline" or "demo", the README block it feeds
+                 "headline_engines": ["vllm"],  # optional: only these engines' head rows in the headline
                  "order": 1,                 # optional: position in the results page (then by folder name)
                  "weights": {"llama.cpp": "Q4_1 GGUF"},   # optional: a label per engine (else from config)
                  "notes": ["..."]},          # optional
@@ -64,6 +65,10 @@ def load_reports(reports_dir: Path) -> list[tuple[str, dict]]:
         if report["summary"].get("readme") not in (None, "headline", "demo"):
             raise ValueError(f"{where}: summary.readme: expected 'headline', 'demo' or absent, "
                              f"got {report['summary']['readme']!r}")
+        engines = report["summary"].get("headline_engines")
+        if engines is not None and (not isinstance(engines, list) or not set(engines) <= set(ENGINE_PLAIN)):
+            raise ValueError(f"{where}: summary.headline_engines: expected a list of {', '.join(ENGINE_PLAIN)} "
+                             f"or absent, got {engines!r}")
         for i, run in enumerate(report["runs"]):
             _require(run, ("method", "engine", *STATE_KEYS), f"{where}: runs[{i}]")
         out.append((path.parent.name, report))
@@ -138,8 +143,17 @@ def _head(report: dict, run: dict) -> str:
 # ----------------------------------------------------------------------------------------------- tables
 
 
+def headline_run(report: dict, run: dict) -> bool:
+    """Whether ``run`` of a ``readme: headline`` report is a headline row: an EAGLE head method, greedy, batch 1,
+    of an engine in ``summary.headline_engines`` when the summary names some (a run whose other engines' rows
+    repeat an earlier headline run's)."""
+    engines = report["summary"].get("headline_engines")
+    return ("eagle" in run["method"] and run["temperature"] == 0.0 and run["batch_size"] == 1
+            and (engines is None or run["engine"] in engines))
+
+
 def headline_table(reports: list[tuple[str, dict]], link_prefix: str) -> str:
-    """One row per EAGLE head method of each ``readme: headline`` report: engine, weights, tau and the speedup
+    """One row per :func:`headline_run` of each ``readme: headline`` report: engine, weights, tau and the speedup
     over that engine's plain decoding; ``link_prefix`` + folder name links the run's section."""
     rows = ["| engine | weights | head | drafting | tau | vs the engine's plain decoding | prompts | run |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -147,7 +161,7 @@ def headline_table(reports: list[tuple[str, dict]], link_prefix: str) -> str:
         if report["summary"].get("readme") != "headline":
             continue
         for run in report["runs"]:
-            if "eagle" not in run["method"] or run["temperature"] != 0.0 or run["batch_size"] != 1:
+            if not headline_run(report, run):
                 continue
             rows.append(f"| {run['engine']} | {weights(report, run['engine'])} | {_head(report, run)} | "
                         f"{draft_text(run)} | **{_tau(run)}** | **{_x(engine_speedup(run))}** | "

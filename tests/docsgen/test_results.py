@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eaglehead.docs import generated_files, stale_files
-from eaglehead.docsgen.results import headline_table, load_reports, readme_blocks, replace_blocks, summarize
+from eaglehead.docsgen.results import headline_run, headline_table, load_reports, readme_blocks, replace_blocks, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "regenerate with: python -m eaglehead.docs (from the repository root), then commit the result"
@@ -49,13 +49,25 @@ def test_every_figure_of_the_readme_headline_comes_from_a_report():
     readme = (ROOT / "README.md").read_text()
     assert table in readme
     headline_runs = [(name, r) for name, rep in reports if rep["summary"].get("readme") == "headline"
-                     for r in rep["runs"] if "eagle" in r["method"]]
+                     for r in rep["runs"] if headline_run(rep, r)]
     assert len(table.splitlines()) == 2 + len(headline_runs) >= 2 + 3  # a row per head run, torch/llama.cpp/vLLM
     engines = {r["engine"] for _, r in headline_runs}
     assert engines == {"torch", "llama.cpp", "vllm"}
     for name, run in headline_runs:
         speedup = run["speedup"] if run["engine"] == "torch" else run["speedup_vs_engine"]
         assert f"**{speedup:.2f}x**" in table and f"[{name}](docs/results.md#{name})" in table
+
+
+def test_headline_engines_keeps_only_those_engines_rows(checkout):
+    reports = dict(load_reports(checkout / "docs" / "reports"))
+    report = reports["mtbench-vllm-bf16"]
+    assert {r["engine"] for r in report["runs"] if "eagle" in r["method"]} == {"torch", "vllm"}
+    assert report["summary"]["headline_engines"] == ["vllm"]
+    table = headline_table([("mtbench-vllm-bf16", report)], "#")
+    assert len(table.splitlines()) == 3 and table.splitlines()[2].startswith("| vllm | bfloat16 |")
+    del report["summary"]["headline_engines"]
+    rows = headline_table([("mtbench-vllm-bf16", report)], "#").splitlines()[2:]
+    assert sorted(r.split(" | ")[0] for r in rows) == ["| torch", "| vllm"]
 
 
 def test_each_summary_states_its_command_date_commit_cpu_and_source():
@@ -83,6 +95,10 @@ def test_a_bad_summary_is_an_error_naming_its_file_and_key(tmp_path):
     del good["summary"]["command"]
     (run / "report.json").write_text(json.dumps(good))
     with pytest.raises(ValueError, match=r"bad-run/report.json: summary: missing command"):
+        load_reports(tmp_path / "reports")
+    good["summary"].update(command="eaglehead eval", commit="b" * 40, headline_engines=["vLLM"])
+    (run / "report.json").write_text(json.dumps(good))
+    with pytest.raises(ValueError, match=r"bad-run/report.json: summary.headline_engines: expected a list of torch"):
         load_reports(tmp_path / "reports")
 
 
