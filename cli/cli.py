@@ -138,11 +138,12 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from eaglehead.train.stop import exit_code
     from eaglehead.train.trainer import train
 
     summary = train(_train_config(args))
     print(json.dumps(summary, indent=1))
-    return 0
+    return exit_code(summary["signal"]) if "signal" in summary else 0  # stopped by SIGTERM / Ctrl-C, resumable
 
 
 def cmd_export(args) -> int:

@@ -5,6 +5,7 @@ import sys
 from eaglehead.builtin.typed_config import parse_config_args
 
 from .recipe import TrainConfig
+from .stop import exit_code
 from .trainer import train
 
 
@@ -15,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"eaglehead.train: error: {exc}", file=sys.stderr)
         return 2
-    train(cfg)
-    return 0
+    summary = train(cfg)
+    # stopped by SIGTERM / Ctrl-C after a step, its checkpoint written: the shell's code for that signal
+    return exit_code(summary["signal"]) if "signal" in summary else 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ Each save also writes a head-only snapshot, ``output_dir/snapshots/step_N`` (the
 ``load_head`` reads, plus ``snapshot.json``: step, answer tokens trained, time), that is never pruned: the
 learning curve (``python -m eaglehead.diagnostics.learning_curve``) measures every one of them. Answer tokens
 trained are the step-0 loss tokens summed over processes and micro-batches, carried through resumes in
-``trainer_state.json``.
+``trainer_state.json``. SIGTERM or Ctrl-C stops the run after the step in progress, with a checkpoint there
+(:mod:`eaglehead.train.stop`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import contextlib
 import json
 import os
 import shutil
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +50,7 @@ from .recipe import (
 )
 from .dflash_objective import DFlashModule
 from .dflash_recipe import build_dflash_head
+from .stop import StopRequest
 
 
 class MicroBatches:
@@ -193,26 +197,53 @@ def train(cfg: TrainConfig) -> dict:
                dynamic_ncols=True)
     last: dict = {}
     window = _new_window(depth)
-    for step in range(run.start, opt.max_steps):
-        epoch = _step(cfg, run, step, window)
-        bar.update(1)
-        done = step + 1
-        if done % cfg.log_every == 0 or done == opt.max_steps:
-            last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
-            window = _new_window(depth)
-        if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
-            state = {"step": done, "epoch": epoch, "answer_tokens": run.answer_tokens,
-                     "answer_tokens_since_step": run.answer_tokens_since}
-            # The snapshot first: a kill between the two re-trains to this step and writes it again. A learning
-            # curve tells the snapshots of a wsd run's decay (annealing) from those at its peak rate, by the rate
-            # of the update that made it (the last one, step done - 1).
-            factor = lr_factor(opt, done - 1)
-            snap = {**state, "lr_factor": factor,
-                    "annealing": opt.schedule == "wsd" and done - 1 >= opt.warmup_steps and factor < 1.0}
-            save_snapshot(accelerator, run.model, Path(cfg.output_dir), snap)
-            run.store.save(accelerator, done, state, cfg)
+    with StopRequest() as stop:
+        for step in range(run.start, opt.max_steps):
+            epoch = _step(cfg, run, step, window)
+            bar.update(1)
+            done = step + 1
+            if done % cfg.log_every == 0 or done == opt.max_steps:
+                last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
+                window = _new_window(depth)
+            saved = (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps
+            if saved:
+                _save(cfg, run, done, epoch)
+            signum = stop.agreed(accelerator) if done < opt.max_steps else None
+            if signum is not None:
+                if window["steps"]:  # the steps since the last log line stay on the learning curve
+                    last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
+                path = run.store.root / f"step_{done}" if saved else _save(cfg, run, done, epoch, snapshot=False)
+                bar.close()
+                return _stopped(accelerator, cfg, signum, done, path, last)
     bar.close()
     return _finish(accelerator, run.model, cfg, Path(cfg.output_dir), last)
+
+
+def _save(cfg: TrainConfig, run: _Run, done: int, epoch: int, snapshot: bool = True) -> Path:
+    """The checkpoint of step ``done`` (and, on the save_every cadence, its head snapshot first: a kill between
+    the two re-trains to this step and writes it again)."""
+    state = {"step": done, "epoch": epoch, "answer_tokens": run.answer_tokens,
+             "answer_tokens_since_step": run.answer_tokens_since}
+    if snapshot:
+        # A learning curve tells the snapshots of a wsd run's decay (annealing) from those at its peak rate, by the
+        # rate of the update that made it (the last one, step done - 1).
+        opt = cfg.optim
+        factor = lr_factor(opt, done - 1)
+        snap = {**state, "lr_factor": factor,
+                "annealing": opt.schedule == "wsd" and done - 1 >= opt.warmup_steps and factor < 1.0}
+        save_snapshot(run.accelerator, run.model, Path(cfg.output_dir), snap)
+    return run.store.save(run.accelerator, done, state, cfg)
+
+
+def _stopped(accelerator, cfg: TrainConfig, signum: int, done: int, checkpoint: Path, last: dict) -> dict:
+    """End a run that a signal stopped after step ``done`` (its checkpoint written): no final head or export."""
+    name = signal.Signals(signum).name
+    if accelerator.is_main_process:
+        print(f"stopped by {name} after step {done} of {cfg.optim.max_steps}; checkpoint {checkpoint}. The same "
+              "command resumes there.", file=sys.stderr, flush=True)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return {"step": done, "metrics": last, "stopped_by": name, "signal": int(signum), "checkpoint": str(checkpoint)}
 
 
 def _setup(cfg: TrainConfig) -> _Run:

@@ -134,6 +134,60 @@ def test_resume_after_kill_reproduces_trajectory(workspace, baseline, monkeypatc
     assert all(r["threads"] >= 1 and "torch" in r["versions"] and "commit" in r for r in launches)
 
 
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_same_command_resumes(workspace, baseline,
+                                                                                       monkeypatch, capsys):
+    """A real SIGTERM in the middle of step 3 (off the save_every=2 cadence): the run finishes that step, writes
+    checkpoints/step_3 (no snapshot off the cadence), exits 143, and the relaunched command ends on the
+    uninterrupted run's losses and weights."""
+    import signal
+
+    from eaglehead.train.__main__ import main
+
+    path = write_config(workspace, "sigterm")
+    real_step = trainer_mod._step
+
+    def step_then_signal(cfg, run, step, window):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered mid-step: the handler only sets the flag
+        return real_step(cfg, run, step, window)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    with monkeypatch.context() as mp:
+        mp.setattr(trainer_mod, "_step", step_then_signal)
+        assert main(["--config", str(path)]) == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is previous  # the handler is gone with the loop
+    assert "stopped by SIGTERM after step 3 of 4" in capsys.readouterr().err
+    run_dir = workspace / "sigterm"
+    store = recipe_mod.CheckpointStore(run_dir, 2)
+    assert store.latest().name == "step_3"
+    assert json.loads((store.latest() / "trainer_state.json").read_text())["step"] == 3
+    assert sorted(p.name for p in (run_dir / "snapshots").iterdir()) == ["step_2"]
+    assert not (run_dir / "head").exists()  # a stopped run writes no final head
+    assert main(["--config", str(path)]) == 0  # resume: auto
+    got, ref = metrics(run_dir), metrics(baseline)
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for a, b in zip(got, ref):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-7)
+    w1 = load_pretrained(run_dir / "head").state_dict()
+    w2 = load_pretrained(baseline / "head").state_dict()
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-6)
+
+
+def test_a_second_ctrl_c_interrupts_at_once():
+    import signal
+
+    from eaglehead.train.stop import StopRequest
+
+    previous = signal.getsignal(signal.SIGINT)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
 def test_crash_mid_checkpoint_keeps_last_good_one(workspace, baseline, monkeypatch):
     path = write_config(workspace, "crash", **{"optim.max_steps": 4, "save_every": 2})
     cfg = load_config(TrainConfig, path)
@@ -197,6 +251,46 @@ def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline,
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
         assert a["acc_0"] == pytest.approx(b["acc_0"], abs=1e-6)
     w1 = load_pretrained(workspace / launcher / "head").state_dict()
+    w2 = load_pretrained(baseline / "head").state_dict()
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4)
+
+
+STOP_ONE_RANK = """
+import os, signal, sys
+from eaglehead.train import trainer
+from eaglehead.train.__main__ import main
+real = trainer._step
+def step(cfg, run, s, window):
+    if s == 2 and run.accelerator.process_index == 1:  # rank 1 only: rank 0 must stop after the same step
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(cfg, run, s, window)
+trainer._step = step
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(workspace, baseline, tmp_path):
+    """2 gloo processes, SIGTERM to rank 1 alone during step 3: both ranks stop after step 3 (no hang at the next
+    collective), exit 143, and the relaunch ends on the one-process run's losses and weights."""
+    path = write_config(workspace, "sigterm_ddp", **{"optim.micro_batch_size": 1})
+    script = tmp_path / "stop_one_rank.py"
+    script.write_text(STOP_ONE_RANK)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+              str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
+    proc = subprocess.run(launch + [str(script), "--config", str(path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0 and "stopped by SIGTERM after step 3 of 4" in proc.stderr, proc.stderr[-3000:]
+    assert recipe_mod.CheckpointStore(workspace / "sigterm_ddp", 2).latest().name == "step_3"
+    proc = subprocess.run(launch + ["-m", "eaglehead.train", "--config", str(path)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = metrics(workspace / "sigterm_ddp")
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for a, b in zip(got, metrics(baseline)):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    w1 = load_pretrained(workspace / "sigterm_ddp" / "head").state_dict()
     w2 = load_pretrained(baseline / "head").state_dict()
     for k in w1:
         torch.testing.assert_close(w1[k], w2[k], atol=1e-5, rtol=1e-4)
