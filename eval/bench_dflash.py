@@ -17,6 +17,7 @@ weights. Printed per row: the block call in units of a target token, and the dra
 from __future__ import annotations
 
 import argparse
+import inspect
 
 import torch
 
@@ -35,16 +36,19 @@ def target_costs(model, context: int, blocks: list[int], repeats: int) -> dict[s
     """Seconds of one decode step and of a ``B``-token verification forward after ``context`` cached tokens."""
     from transformers import DynamicCache
 
-    ids = torch.randint(100, 1000, (1, context + max(blocks)), generator=torch.Generator().manual_seed(0))
+    high = min(1000, model.config.vocab_size)  # ordinary token ids of any vocabulary
+    ids = torch.randint(high // 10, high, (1, context + max(blocks)), generator=torch.Generator().manual_seed(0))
+    # transformers 5.x renamed past_key_values to cache (the old name warns until 5.40): the decode loop's rule
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def forward(n: int):
         cache = DynamicCache(config=model.config)
-        model(ids[:, :context], past_key_values=cache, use_cache=True)
+        model(ids[:, :context], use_cache=True, **{kw: cache})
         def step():
             extra = cache.get_seq_length() - context
             if extra:
                 cache.crop(-extra)  # back to the context (transformers 5: a negative count removes tokens)
-            model(ids[:, context:context + n], past_key_values=cache, use_cache=True)
+            model(ids[:, context:context + n], use_cache=True, **{kw: cache})
         return step
 
     with torch.inference_mode():

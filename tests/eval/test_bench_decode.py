@@ -80,3 +80,30 @@ def test_bench_verify_times_both_verifiers_in_both_dtypes(capsys):
     assert len(lines) == 4 and sum("bfloat16" in line for line in lines) == 2
     with pytest.raises(SystemExit, match="--tree must be >= 1"):
         main(["--tree", "0"])
+
+
+def test_context_benchmark_times_each_part_at_each_context(capsys):
+    """bench_context on a tiny Llama and a fresh EAGLE-3 head: every part timed at every context, the head's
+    cache left at the context after its timed steps, the round cost in decode steps as defined, bad lists named."""
+    from eaglehead.decode.eagle import Eagle3Drafter
+    from eaglehead.draftheads.config import Eagle3Config
+    from eaglehead.draftheads.eagle3 import Eagle3Head
+    from eaglehead.eval import bench_context
+    from tests.tiny_models import tiny_llama
+
+    model = tiny_llama(layers=4).eval()
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter(Eagle3Head(Eagle3Config.from_target_config(model.config, draft_vocab_size=64)), model)
+    rows = bench_context.context_costs(model, drafter, [8, 40], [2, 3], repeats=2)
+    assert [r["context"] for r in rows] == [8, 40]
+    assert int(drafter.cache.lengths[0]) == 40  # each timed head step was cropped away again
+    for r in rows:
+        assert r["token_s"] > 0 and r["head_step_s"] > 0
+        for g in (2, 3):
+            assert r[f"round_steps_{g}"] == pytest.approx((r[f"verify_{g + 1}_s"] + g * r["head_step_s"])
+                                                          / r["token_s"])
+    table = bench_context.format_table(rows, [2, 3]).splitlines()
+    assert len(table) == 3 and "gamma 3: break-even tau" in table[0]
+    with pytest.raises(SystemExit):
+        bench_context.main(["--contexts", "1"])
+    assert "--contexts" in capsys.readouterr().err

@@ -1,0 +1,131 @@
+"""Where a chain round stops paying as the context grows: the torch loop's round parts against one decode step.
+
+Usage::
+
+    python -m eaglehead.eval.bench_context [--target builtin:smollm2-135m-instruct] [--draft DIR]
+        [--dtype float32] [--contexts 256,1024,2048,4096,7168] [--gammas 3,5] [--threads 2] [--repeats 20]
+
+Side by side in one process, medians over ``--repeats`` after warm-up, batch 1, with a ``context``-token prefix
+cached in the target and in the head (packed linear layers, as ``eaglehead eval`` runs them by default): one target
+decode step (the unit), the target's verification forward of ``gamma + 1`` tokens, and one self-fed head step
+(one token through the head's decoder layer over its cache of ``context`` rows, then its LM head). A chain round
+of ``gamma`` drafts costs ``verify(gamma + 1) + gamma x head step`` (the first head call feeds the accepted rows
+instead of one: counted as one step), so it pays at batch 1 exactly when the round commits more tokens than it
+costs decode steps: the printed **break-even tau**. Compare it with the tau the head reaches on prompts of that
+length (``eaglehead eval --prompts long-context``): below it, speculation loses at that context.
+
+Prompts are random token ids: cost does not depend on the values.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from eaglehead.builtin.models import load_target
+
+from .bench_dflash import target_costs
+from .bench_verify import median_ms
+
+DEFAULT_DRAFT = "builtin/assets/smollm2_eagle3"
+
+
+def head_step_s(drafter, context: int, repeats: int) -> float:
+    """Seconds of one self-fed step of an EAGLE head (``decode.eagle.Eagle3Drafter``) whose cache holds ``context``
+    rows: embed the drafted token, the decoder layer over the cache, the draft LM head; the row is dropped again."""
+    head = drafter.head
+    dtype = next(head.parameters()).dtype
+    high = min(1000, head.config.target_vocab_size)
+    ids = torch.randint(high // 10, high, (1, context + 1), generator=torch.Generator().manual_seed(1))
+    width = head.config.target_hidden_size * len(head.config.fused_layer_ids)
+    feats = torch.randn(1, context, width, generator=torch.Generator().manual_seed(2)).to(dtype)
+    with torch.inference_mode():
+        drafter.begin(ids, torch.ones_like(ids, dtype=torch.bool), feats)
+        h = drafter._feed_pending()  # the cache now holds ``context`` rows
+        keep = drafter.cache.lengths.clone()
+        token, pos = ids[:, -1:], torch.tensor([[context]])
+
+        def step():
+            drafter.cache.crop_to(keep)
+            out = head.layer_forward(head.embed(token), h, pos, cache=drafter.cache)
+            head.logits(out[:, -1])
+
+        seconds = median_ms(step, repeats) / 1e3
+        drafter.cache.crop_to(keep)
+        return seconds
+
+
+def context_costs(model, drafter, contexts: list[int], gammas: list[int], repeats: int) -> list[dict]:
+    """One row per context: seconds of a decode step, of each verification and of a head step, and per gamma the
+    round's cost in decode steps (= the break-even tau)."""
+    rows = []
+    for n in contexts:
+        base = target_costs(model, n, [g + 1 for g in gammas], repeats)
+        head = head_step_s(drafter, n, repeats)
+        row = {"context": n, "token_s": base["token"], "head_step_s": head}
+        for g in gammas:
+            verify = base[f"verify_{g + 1}"]
+            row[f"verify_{g + 1}_s"] = verify
+            row[f"round_steps_{g}"] = (verify + g * head) / base["token"]
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict], gammas: list[int]) -> str:
+    head = ["context", "token ms", "head step ms"]
+    for g in gammas:
+        head += [f"verify {g + 1} (steps)", f"gamma {g}: break-even tau"]
+    lines = ["  ".join(head)]
+    for r in rows:
+        cells = [f"{r['context']:>7}", f"{r['token_s'] * 1e3:>8.2f}", f"{r['head_step_s'] * 1e3:>12.2f}"]
+        for g in gammas:
+            cells += [f"{r[f'verify_{g + 1}_s'] / r['token_s']:>{len(f'verify {g + 1} (steps)')}.2f}",
+                      f"{r[f'round_steps_{g}']:>{len(f'gamma {g}: break-even tau')}.2f}"]
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eaglehead.eval.bench_context", description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="builtin:smollm2-135m-instruct")
+    ap.add_argument("--draft", default=DEFAULT_DRAFT, help="EAGLE-3 head directory (default: the shipped SmolLM2 head)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--contexts", default="256,1024,2048,4096,7168")
+    ap.add_argument("--gammas", default="3,5")
+    ap.add_argument("--cpu-linear", default="packed", choices=("packed", "plain"))
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args(argv)
+    try:
+        contexts = [int(v) for v in args.contexts.split(",")]
+        gammas = [int(v) for v in args.gammas.split(",")]
+    except ValueError:
+        ap.error(f"--contexts / --gammas: expected comma-separated integers, got {args.contexts!r} / {args.gammas!r}")
+    if min(contexts) < 2 or min(gammas) < 1:
+        ap.error("--contexts: every context needs >= 2 tokens; --gammas: every gamma >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from eaglehead.decode.eagle import load_eagle_drafter
+
+    model, _ = load_target(args.target, dtype=args.dtype)
+    longest = max(contexts) + max(gammas) + 1
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and longest > limit:
+        ap.error(f"--contexts: {max(contexts)} + {max(gammas) + 1} verified tokens exceed the target's "
+                 f"max_position_embeddings ({limit})")
+    drafter = load_eagle_drafter(args.draft, model, dtype=next(model.parameters()).dtype)
+    if args.cpu_linear == "packed":
+        from eaglehead.decode.packed_linear import pack_linears
+
+        pack_linears(model)
+        pack_linears(drafter.head)
+    rows = context_costs(model, drafter, contexts, gammas, args.repeats)
+    print(f"target {args.target} {args.dtype}, head {args.draft}, {args.cpu_linear} linears, "
+          f"{torch.get_num_threads()} threads, batch 1, medians of {args.repeats}")
+    print(format_table(rows, gammas))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
