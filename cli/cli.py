@@ -143,7 +143,7 @@ def cmd_train(args) -> int:
 
     summary = train(_train_config(args))
     print(json.dumps(summary, indent=1))
-    return exit_code(summary["signal"]) if "signal" in summary else 0  # stopped by SIGTERM / Ctrl-C, resumable
+    return exit_code(summary)
 
 
 def cmd_export(args) -> int:

@@ -9,11 +9,12 @@ Appends one JSON line per configuration to ``spec["out"]`` (vLLM logs to stdout,
 ``{"name", "startup_s", "wall_s", "outputs": [[ids]], "counters": {...}}`` or ``{"name", "error", "wall_s"}``.
 Why not one server per configuration: a server start costs ~45 s on 2 cores (imports, API server, engine), an
 ``LLM`` in a process that has already imported vLLM starts in ~20 s with its engine core in a child process (eager;
-which imports vLLM and torch again) and in 3-4 s with the engine core in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here; measured 2026-12-07 alone on 2 cores: the proof's nine configurations 315 s -> 140 s, same counters; see
-BENCHMARKS.md). In one process, a configuration that uses vLLM's n-gram proposer (numba) leaves llvmlite in a state
-in which the next ``LLM`` fails to build (``'_lib_fn_wrapper' object has no attribute 'get'``): those run last. A script, not a module of the package: it imports vLLM, which only its own venv
-has (and it must not sit beside a module named ``vllm.py``: its directory is the first entry of sys.path).
+the child imports vLLM and torch again) and in 3-4 s with the engine core in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here; measured 2026-12-07 alone on 2 cores: the proof's nine
+configurations 315 s -> 140 s, the same counters; BENCHMARKS.md). In one process, a configuration that uses vLLM's
+n-gram proposer (numba) leaves llvmlite in a state in which the next ``LLM`` fails to build (``'_lib_fn_wrapper'
+object has no attribute 'get'``): those run last. A script, not a module of the package: it imports vLLM, which
+only its own venv has (and it must not sit beside a module named ``vllm.py``: its directory is the first entry of sys.path).
 """
 
 import gc
@@ -67,16 +68,15 @@ def run(spec: dict, config: dict) -> dict:
         gc.collect()
 
 
-def _ngram_last(configs: list[dict]) -> list[dict]:
-    uses_ngram = lambda c: (c.get("speculative") or {}).get("method") == "ngram"  # noqa: E731
-    return [c for c in configs if not uses_ngram(c)] + [c for c in configs if uses_ngram(c)]
+def _uses_ngram(config: dict) -> bool:
+    return (config.get("speculative") or {}).get("method") == "ngram"
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
     # the engine core in this process: no child that imports vLLM again for every configuration
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    for config in _ngram_last(spec["configs"]):
+    for config in sorted(spec["configs"], key=_uses_ngram):  # stable: n-gram ones last, the rest in order
         start = time.perf_counter()
         try:
             line = run(spec, config)

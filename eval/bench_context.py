@@ -25,7 +25,7 @@ import torch
 
 from eaglehead.builtin.models import load_target
 
-from .bench_dflash import target_costs
+from .bench_dflash import random_ids, target_costs
 from .bench_verify import median_ms
 
 DEFAULT_DRAFT = "builtin/assets/smollm2_eagle3"
@@ -36,8 +36,7 @@ def head_step_s(drafter, context: int, repeats: int) -> float:
     rows: embed the drafted token, the decoder layer over the cache, the draft LM head; the row is dropped again."""
     head = drafter.head
     dtype = next(head.parameters()).dtype
-    high = min(1000, head.config.target_vocab_size)
-    ids = torch.randint(high // 10, high, (1, context + 1), generator=torch.Generator().manual_seed(1))
+    ids = random_ids(head.config.target_vocab_size, context + 1, seed=1)
     width = head.config.target_hidden_size * len(head.config.fused_layer_ids)
     feats = torch.randn(1, context, width, generator=torch.Generator().manual_seed(2)).to(dtype)
     with torch.inference_mode():

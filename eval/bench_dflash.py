@@ -32,12 +32,17 @@ def _median_s(fn, repeats: int) -> float:
     return median_ms(fn, repeats) / 1e3
 
 
+def random_ids(vocab_size: int, length: int, seed: int) -> torch.Tensor:
+    """``[1, length]`` seeded ordinary token ids of any vocabulary (cost does not depend on the values)."""
+    high = min(1000, vocab_size)
+    return torch.randint(high // 10, high, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
 def target_costs(model, context: int, blocks: list[int], repeats: int) -> dict[str, float]:
     """Seconds of one decode step and of a ``B``-token verification forward after ``context`` cached tokens."""
     from transformers import DynamicCache
 
-    high = min(1000, model.config.vocab_size)  # ordinary token ids of any vocabulary
-    ids = torch.randint(high // 10, high, (1, context + max(blocks)), generator=torch.Generator().manual_seed(0))
+    ids = random_ids(model.config.vocab_size, context + max(blocks), seed=0)
     # transformers 5.x renamed past_key_values to cache (the old name warns until 5.40): the decode loop's rule
     kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 

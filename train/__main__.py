@@ -16,9 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"eaglehead.train: error: {exc}", file=sys.stderr)
         return 2
-    summary = train(cfg)
-    # stopped by SIGTERM / Ctrl-C after a step, its checkpoint written: the shell's code for that signal
-    return exit_code(summary["signal"]) if "signal" in summary else 0
+    return exit_code(train(cfg))
 
 
 if __name__ == "__main__":

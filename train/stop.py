@@ -56,6 +56,7 @@ class StopRequest:
         return flag or None
 
 
-def exit_code(signum: int) -> int:
-    """The shell's convention for a process ended by a signal: 128 + its number (143 for SIGTERM, 130 SIGINT)."""
-    return 128 + int(signum)
+def exit_code(summary: dict) -> int:
+    """The exit status of a training run from its summary: 0, or for a run a signal stopped (its checkpoint written,
+    resumable) the shell's convention, 128 + the signal's number (143 for SIGTERM, 130 for SIGINT)."""
+    return 128 + int(summary["signal"]) if "signal" in summary else 0

@@ -205,14 +205,14 @@ def train(cfg: TrainConfig) -> dict:
             if done % cfg.log_every == 0 or done == opt.max_steps:
                 last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
                 window = _new_window(depth)
-            saved = (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps
-            if saved:
-                _save(cfg, run, done, epoch)
+            saved = None
+            if (cfg.save_every and done % cfg.save_every == 0) or done == opt.max_steps:
+                saved = _save(cfg, run, done, epoch)
             signum = stop.agreed(accelerator) if done < opt.max_steps else None
             if signum is not None:
                 if window["steps"]:  # the steps since the last log line stay on the learning curve
                     last = _log(accelerator, window, done, epoch, run.scheduler, metrics_path, bar, cfg)
-                path = run.store.root / f"step_{done}" if saved else _save(cfg, run, done, epoch, snapshot=False)
+                path = saved or _save(cfg, run, done, epoch, snapshot=False)
                 bar.close()
                 return _stopped(accelerator, cfg, signum, done, path, last)
     bar.close()

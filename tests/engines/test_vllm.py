@@ -18,9 +18,9 @@ request than our loop (77 against 74 at 32 tokens, 2026-12-06): the proposal mad
 verification, never verified, which accepts nothing; accepted tokens are compared, not rounds.
 
 Cost: all the configurations run in one vLLM process, in sequence (``OfflineJob``, started at collection by
-``tests/conftest.py`` so that it overlaps the tests before this module: 16-18 s a start, eager, on 2
-cores; a server is 22-44 s a start), once per test session: ~155 s for vLLM and ~20 s for our loop (2026-12-05,
-2 shared cores).
+``tests/conftest.py`` so that it overlaps the tests before this module; the engine core in that process: 3-5 s a
+start, eager, on 2 cores, against 16-25 s with a child engine core and 22-44 s a server), once per test session:
+~140 s for vLLM alone on 2 cores (2026-12-07) and ~20 s for our loop.
 
 Accounting: vLLM samples the first token from the prompt's prefill without drafting, as llama.cpp does, so our
 loop is ``torch_loop`` (the llama.cpp tests'): first token from the prompt, then rounds of gamma drafts.

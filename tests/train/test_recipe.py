@@ -233,17 +233,23 @@ def test_offline_features_give_the_online_loss(workspace, baseline):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
 
 
+LAUNCH_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+
+
+def launch_two(launcher: str) -> list[str]:
+    """``accelerate launch`` of 2 CPU processes with ``configs/accelerate/{launcher}.yaml``, up to the entry point."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+            str(ROOT / "configs" / "accelerate" / f"{launcher}.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
+
+
 @pytest.mark.parametrize("launcher", ["cpu_ddp", "zero2", "zero3"])
 def test_two_processes_match_one_with_the_same_global_batch(workspace, baseline, launcher):
     """accelerate launch, 2 CPU processes (gloo DDP, or DeepSpeed ZeRO-2 on its CPU backend), micro-batch 1
     each == 1 process, micro-batch 2: same losses and the same final weights (gathered from the shards
     under ZeRO-3, while the frozen target stays whole)."""
     path = write_config(workspace, launcher, **{"optim.micro_batch_size": 1})
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "configs" / "accelerate" / f"{launcher}.yaml"), "--num_processes", "2",
-           "--mixed_precision", "no", "-m", "eaglehead.train", "--config", str(path)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    cmd = launch_two(launcher) + ["-m", "eaglehead.train", "--config", str(path)]
+    proc = subprocess.run(cmd, env=LAUNCH_ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = metrics(workspace / launcher)
     assert [m["step"] for m in got] == [1, 2, 3, 4]
@@ -276,15 +282,13 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(workspace, ba
     path = write_config(workspace, "sigterm_ddp", **{"optim.micro_batch_size": 1})
     script = tmp_path / "stop_one_rank.py"
     script.write_text(STOP_ONE_RANK)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-              str(ROOT / "configs" / "accelerate" / "cpu_ddp.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
-    proc = subprocess.run(launch + [str(script), "--config", str(path)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    launch = launch_two("cpu_ddp")
+    proc = subprocess.run(launch + [str(script), "--config", str(path)], env=LAUNCH_ENV, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode != 0 and "stopped by SIGTERM after step 3 of 4" in proc.stderr, proc.stderr[-3000:]
     assert recipe_mod.CheckpointStore(workspace / "sigterm_ddp", 2).latest().name == "step_3"
-    proc = subprocess.run(launch + ["-m", "eaglehead.train", "--config", str(path)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(launch + ["-m", "eaglehead.train", "--config", str(path)], env=LAUNCH_ENV,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = metrics(workspace / "sigterm_ddp")
     assert [m["step"] for m in got] == [1, 2, 3, 4]
