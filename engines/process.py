@@ -98,6 +98,25 @@ class ServerProcess:
         if self.proc.poll() is not None:
             raise self.error(f"exited with code {self.proc.returncode}", EngineDied)
 
+    def group_hwm_bytes(self) -> int | None:
+        """The resident high-water marks (Linux ``VmHWM``) of every process in the child's group summed, the
+        watchdog left out: the server and what it forked (vLLM's engine core and worker). Each mark covers the
+        process's life so far, so the sum bounds the group's peak from above; None where ``/proc`` cannot say."""
+        skip = {self.watchdog.pid} if self.watchdog is not None else set()
+        total, seen = 0, False
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in skip:
+                continue
+            try:
+                if os.getpgid(int(entry.name)) != self.proc.pid:
+                    continue
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total, seen = total + int(line.split()[1]) * 1024, True
+            except (OSError, ValueError):  # gone meanwhile, or not ours to read
+                continue
+        return total if seen else None
+
     def wait_healthy(self, timeout_s: float, poll_s: float = 0.5) -> float:
         """Seconds until ``health_url`` answered 200; EngineDied / EngineTimeout (with the log tail) otherwise."""
         start = time.monotonic()

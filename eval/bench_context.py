@@ -14,14 +14,22 @@ instead of one: counted as one step), so it pays at batch 1 exactly when the rou
 costs decode steps: the printed **break-even tau**. Compare it with the tau the head reaches on prompts of that
 length (``eaglehead eval --prompts long-context``): below it, speculation loses at that context.
 
+Beside the decode step, the share of it that is attention: one query over ``context`` keys in every layer, through
+``scaled_dot_product_attention`` (what transformers' decode step calls) and through three grouped matmuls (the
+same attention, float32 softmax). In bfloat16 on a CPU SDPA's kernel is several times slower at one query than at
+a few (BENCHMARKS.md, "Round cost against context length"), which makes a plain bfloat16 decode step dearer than a
+verification of a few tokens at long contexts: a baseline cost, not a property of speculation.
+
 Prompts are random token ids: cost does not depend on the values.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
+import torch.nn.functional as F
 
 from eaglehead.builtin.models import load_target
 
@@ -55,6 +63,38 @@ def head_step_s(drafter, context: int, repeats: int) -> float:
         return seconds
 
 
+def one_query_paths(config, dtype: torch.dtype, context: int):
+    """Two callables computing one query's attention over ``context`` random cached keys in one of the target's
+    layers (its head shape, grouped-query, no mask), each returning ``[1, kv_heads, groups, d]``: ``sdpa`` as
+    transformers' decode step runs it (the kv heads packed into the query, as its ``pack_gqa`` does) and
+    ``grouped``, three grouped matmuls with a float32 softmax (``draftheads.eagle3.attend``'s one-query path)."""
+    text = getattr(config, "text_config", None) or config
+    heads = text.num_attention_heads
+    kv = getattr(text, "num_key_value_heads", None) or heads
+    d = getattr(text, "head_dim", None) or text.hidden_size // heads
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, kv, heads // kv, d, generator=g).to(dtype)
+    k, v = (torch.randn(1, kv, context, d, generator=g).to(dtype) for _ in range(2))
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def grouped():
+        scores = torch.einsum("bhgd,bhkd->bhgk", q, k) * (1.0 / math.sqrt(d))
+        w = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+        return torch.einsum("bhgk,bhkd->bhgd", w, v)
+
+    return sdpa, grouped
+
+
+def one_query_attention_s(config, dtype: torch.dtype, context: int, repeats: int) -> dict[str, float]:
+    """Seconds of :func:`one_query_paths`' two paths over all of the target's layers."""
+    layers = (getattr(config, "text_config", None) or config).num_hidden_layers
+    sdpa, grouped = one_query_paths(config, dtype, context)
+    with torch.inference_mode():
+        return {"sdpa": layers * median_ms(sdpa, repeats) / 1e3, "grouped": layers * median_ms(grouped, repeats) / 1e3}
+
+
 def context_costs(model, drafter, contexts: list[int], gammas: list[int], repeats: int) -> list[dict]:
     """One row per context: seconds of a decode step, of each verification and of a head step, and per gamma the
     round's cost in decode steps (= the break-even tau)."""
@@ -62,7 +102,9 @@ def context_costs(model, drafter, contexts: list[int], gammas: list[int], repeat
     for n in contexts:
         base = target_costs(model, n, [g + 1 for g in gammas], repeats)
         head = head_step_s(drafter, n, repeats)
-        row = {"context": n, "token_s": base["token"], "head_step_s": head}
+        attn = one_query_attention_s(model.config, next(model.parameters()).dtype, n, repeats)
+        row = {"context": n, "token_s": base["token"], "head_step_s": head, "attn_sdpa_s": attn["sdpa"],
+               "attn_grouped_s": attn["grouped"]}
         for g in gammas:
             verify = base[f"verify_{g + 1}"]
             row[f"verify_{g + 1}_s"] = verify
@@ -72,12 +114,13 @@ def context_costs(model, drafter, contexts: list[int], gammas: list[int], repeat
 
 
 def format_table(rows: list[dict], gammas: list[int]) -> str:
-    head = ["context", "token ms", "head step ms"]
+    head = ["context", "token ms", "of it 1-query SDPA ms", "grouped matmuls ms", "head step ms"]
     for g in gammas:
         head += [f"verify {g + 1} (steps)", f"gamma {g}: break-even tau"]
     lines = ["  ".join(head)]
     for r in rows:
-        cells = [f"{r['context']:>7}", f"{r['token_s'] * 1e3:>8.2f}", f"{r['head_step_s'] * 1e3:>12.2f}"]
+        cells = [f"{r['context']:>7}", f"{r['token_s'] * 1e3:>8.2f}", f"{r['attn_sdpa_s'] * 1e3:>21.2f}",
+                 f"{r['attn_grouped_s'] * 1e3:>18.2f}", f"{r['head_step_s'] * 1e3:>12.2f}"]
         for g in gammas:
             cells += [f"{r[f'verify_{g + 1}_s'] / r['token_s']:>{len(f'verify {g + 1} (steps)')}.2f}",
                       f"{r[f'round_steps_{g}']:>{len(f'gamma {g}: break-even tau')}.2f}"]

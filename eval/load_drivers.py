@@ -115,14 +115,8 @@ class LlamaCppSlots:
         return Served(tokens, times, eos=stop_type == "eos" or bool(tokens and tokens[-1] in self.eos))
 
     def peak_bytes(self) -> int | None:
-        """The server process's resident high-water mark (Linux ``VmHWM``): its weights, KV cache and buffers."""
-        try:
-            for line in Path(f"/proc/{self.process.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return None
+        """The server's resident high-water mark (``ServerProcess.group_hwm_bytes``): weights, KV cache, buffers."""
+        return self.process.group_hwm_bytes()
 
     def close(self) -> None:
         self.process.stop()
@@ -140,3 +134,8 @@ class VllmStream:
                                    ignore_eos=False, stop_token_ids=self.eos)
         return Served(list(out.tokens), [out.started_s + a for a in out.arrivals_s],
                       eos=out.finish_reason == "stop")
+
+    def peak_bytes(self) -> int | None:
+        """The server's processes' resident high-water marks summed (API server, engine core, worker: weights and
+        vLLM's preallocated KV cache), since the server started: it serves every state of its method."""
+        return self.server.process.group_hwm_bytes()

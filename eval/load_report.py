@@ -54,7 +54,7 @@ def _load_text(r: dict) -> str:
 
 
 COLUMNS = ("budget", "load", "ctx", "engine", "method", "gamma", "tau", "TPOT ms", "ITL p50/p95/p99 ms",
-           "TTFT p95 ms", "queue p95 ms", "tok/s", "speedup", "EOS-short", "peak MiB")
+           "TTFT p95 ms", "queue p95 ms", "tok/s", "speedup", "EOS-short", "KV MiB", "peak MiB")
 WIDTHS = (6, 14, 6, 10, 17, 16, 5, 8, 20, 11, 12, 7, 8, 9, 8)
 
 
@@ -78,6 +78,7 @@ def load_rows(report: dict[str, Any]) -> list[list[str]]:
                             _ms(r["ttft_p95_s"]), _ms(r["queue_p95_s"]), f"{r['tokens_per_s']:.1f}",
                             "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x",
                             f"{r['eos_shortened']}/{r['requests']}",
+                            "-" if not r.get("kv_bytes") else f"{r['kv_bytes'] / 2**20:.0f}",
                             "-" if not r.get("peak_bytes") else f"{r['peak_bytes'] / 2**20:.0f}"])
     return rows
 
@@ -221,9 +222,13 @@ def load_html_section(report: dict[str, Any], files: dict[str, Path]) -> str:
     parts = ["<h2>Serving under load</h2>",
              "<p>Speedup = the same engine's plain method's time per committed token over the method's, in the same "
              "state (load, budget, context bucket, dtype). Only committed tokens count; EOS-shortened answers are "
-             "counted (EOS-short) and not credited. Saturated states have no latency figures. Peak memory: the "
-             "torch process's resident high-water mark on a CPU (process-wide, it never falls), the CUDA peak on a "
-             "GPU; llama.cpp's server process's own high-water mark; vLLM's is not measured.</p>",
+             "counted (EOS-short) and not credited. Saturated states have no latency figures. KV MiB: the target's "
+             "KV cache for the state's in-flight requests at the longest prompt plus the budget, at the run's dtype "
+             "(computed from the model's shape: what the state needs held, whatever the engine allocates). Peak "
+             "memory: the torch process's resident high-water mark on a CPU (process-wide, it never falls), the "
+             "CUDA peak on a GPU; an engine's server processes' high-water marks summed since the server started "
+             "(llama.cpp restarts per slot count; vLLM's server serves every state of its method and preallocates "
+             "its KV cache).</p>",
              "<ul>" + "".join(f"<li><b>{e(k)}</b>: {e(str(v))}</li>" for k, v in pol.items()) + "</ul>",
              load_html_table(report)]
     verdicts = _verdict_lines(report)

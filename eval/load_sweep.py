@@ -75,6 +75,7 @@ class _Engines:
 
     def __init__(self, plan: EvalPlan, models: schedule.Models, tok, longest: int):
         self.plan, self.models = plan, models
+        self.kv_per_token = kv_bytes_per_token(models.target.config, next(models.target.parameters()).dtype)
         self.ctx_per_slot = 256 * -(-(longest + plan.max_new_tokens + 64) // 256)
         self.llama = self.vllm = None
         self._slots: dict[tuple, LlamaCppSlots] = {}
@@ -147,12 +148,29 @@ def _measure(ctx: _Engines, journal: Journal, state: dict, spec: LoadSpec, reqs:
         if gamma and m.round_time_mean_s is not None:
             rec["round_samples"] = [m.t_draft_mean_s, m.t_verify_mean_s, m.t_rest_mean_s, m.committed_per_round]
         rec["peak_bytes"] = driver.peak
-    else:  # llama.cpp's server process since it started (its slots' KV cache included); vLLM's: not measured
-        rec["peak_bytes"] = driver.peak_bytes() if isinstance(driver, LlamaCppSlots) else None
+    else:  # the server's processes since they started (their KV cache included)
+        rec["peak_bytes"] = driver.peak_bytes()
+    rec["kv_bytes"] = kv_in_flight_bytes(ctx.kv_per_token, spec, reqs)
     if before is not None:
         rec["tau"] = (driver.server.spec_counters() - before).tokens_per_round
     journal.record_load(key, rec)
     return rec
+
+
+def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """Bytes of the target's KV cache per position: layers x (K and V) x KV heads x head dim x element size."""
+    text = getattr(config, "text_config", None) or config
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv = getattr(text, "num_key_value_heads", None) or heads
+    return text.num_hidden_layers * 2 * kv * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def kv_in_flight_bytes(per_token: int, spec: LoadSpec, reqs: list[Request]) -> int:
+    """The target's KV cache for the most requests this state holds at once (its in-flight limit), each at the
+    longest prompt plus the budget: what the state needs the cache to hold, whatever the engine allocates."""
+    n = min(spec.slots, len(reqs))
+    return n * (max(len(r.prompt) for r in reqs) + max(r.max_new for r in reqs)) * per_token
 
 
 def _tpt(rec: dict) -> float:

@@ -93,3 +93,22 @@ def test_a_killed_parent_leaves_no_grandchild_behind(tmp_path):
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_group_memory_counts_what_the_server_forked(tmp_path):
+    # the grandchild (vLLM's engine core, say) holds 64 MiB the leader never touches: the group's mark counts it
+    pidfile = tmp_path / "grandchild"
+    big = ("b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096]); "
+           f"open({str(pidfile)!r}, 'w').write('ready'); import time; time.sleep(300)")
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {big!r}]); time.sleep(300)"
+    with ServerProcess([sys.executable, "-c", code], health_url=f"http://127.0.0.1:{free_port()}/",
+                       log=tmp_path / "log", name="engine") as proc:
+        deadline = time.monotonic() + 20
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < deadline, "the grandchild never filled its buffer"
+            time.sleep(0.1)
+        with open(f"/proc/{proc.proc.pid}/status") as f:
+            leader = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
+        total = proc.group_hwm_bytes()
+        assert leader < 64 << 20  # the leader alone never held the buffer
+        assert total >= leader + (64 << 20)

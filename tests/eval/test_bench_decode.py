@@ -98,10 +98,17 @@ def test_context_benchmark_times_each_part_at_each_context(capsys):
     assert [r["context"] for r in rows] == [8, 40]
     assert int(drafter.cache.lengths[0]) == 40  # each timed head step was cropped away again
     for r in rows:
-        assert r["token_s"] > 0 and r["head_step_s"] > 0
+        assert r["token_s"] > 0 and r["head_step_s"] > 0 and r["attn_sdpa_s"] > 0 and r["attn_grouped_s"] > 0
         for g in (2, 3):
             assert r[f"round_steps_{g}"] == pytest.approx((r[f"verify_{g + 1}_s"] + g * r["head_step_s"])
                                                           / r["token_s"])
+    # the two timed attention paths compute the same thing (float32 reference; bfloat16 within its rounding)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        sdpa, grouped = bench_context.one_query_paths(model.config, dtype, 300)
+        ref, _ = bench_context.one_query_paths(model.config, torch.float32, 300)
+        assert sdpa().shape == (1, 2, 2, 8)
+        torch.testing.assert_close(grouped().float(), ref().float(), atol=tol, rtol=tol)
+        torch.testing.assert_close(sdpa().float(), ref().float(), atol=tol, rtol=tol)
     table = bench_context.format_table(rows, [2, 3]).splitlines()
     assert len(table) == 3 and "gamma 3: break-even tau" in table[0]
     with pytest.raises(SystemExit):

@@ -13,6 +13,7 @@ from eaglehead.eval.journal import CALLS
 from eaglehead.eval.load import LoadSpec, Request, run_load, summarise
 from eaglehead.eval.load_drivers import TorchBatchDriver
 from eaglehead.eval.load_report import LOAD_FIGURES
+from eaglehead.eval.load_sweep import kv_bytes_per_token, kv_in_flight_bytes
 from eaglehead.eval.plan import add_eval_arguments, plan_from_args
 from eaglehead.eval.report_html import check_html
 from eaglehead.eval.runner import run_eval
@@ -56,6 +57,17 @@ def test_torch_batch_driver_is_vanilla_greedy_and_timed():
     assert s["committed_tokens"] == 24 and s["tokens_per_s"] > 0 and s["itl_p95_s"] >= s["itl_p50_s"] >= 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_kv_figure_is_the_cache_a_forward_fills(dtype):
+    model = tiny_llama(layers=3).to(dtype)
+    with torch.inference_mode():
+        cache = model(torch.arange(7)[None], use_cache=True).past_key_values
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert held == 7 * kv_bytes_per_token(model.config, dtype)
+    reqs = [Request(f"r{k}", [1] * (5 + k), 4) for k in range(3)]
+    assert kv_in_flight_bytes(100, LoadSpec(concurrency=2), reqs) == 2 * (7 + 4) * 100  # 2 in flight, longest
+
+
 @pytest.fixture(scope="module")
 def auto_sweep(workspace, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("load") / "report"
@@ -72,6 +84,7 @@ def test_sweep_states_speedups_and_report_files(auto_sweep):
     for r in test:
         assert r["split"] == "test" and not r["saturated"]
         assert r["committed_tokens"] <= r["budget_tokens"] and r["tokens_per_s"] > 0
+        assert r["kv_bytes"] > 0 and r["peak_bytes"] > 0
         if r["method"] == "vanilla":
             assert r["speedup"] == pytest.approx(1.0, abs=1e-12)
         else:

@@ -179,3 +179,23 @@ def test_vllm_dflash_exports_its_drafter_and_serves_it(tmp_path, monkeypatch):
     engines.server("vllm-eagle3", 3)
     assert [s["method"] for s in started] == ["dflash", "eagle3"]
     assert [s["model"] for s in started] == [str(out), "eagle3-head"]
+
+
+def test_a_load_sweep_against_a_real_vllm_server(prompts, tmp_path):
+    """The load generator's vLLM driver against vLLM itself (``tests/eval/test_load_vllm.py`` fakes the server):
+    two concurrent requests at a time, streamed token ids with their arrival times, vLLM's greedy outputs equal to
+    the torch loop's committed counts, and the server's memory measured. One plain server (~25-45 s to start)."""
+    plan = _plan(prompts, tmp_path / "load", methods=["vanilla", "vllm"], concurrency=(2,), load_requests=4)
+    rep = run_eval(plan)
+    rows = {r["method"]: r for r in rep["load"]}
+    assert set(rows) == {"vanilla", "vllm"} and rows["vllm"]["engine"] == "vllm"
+    torch_row, vllm_row = rows["vanilla"], rows["vllm"]
+    for r in (torch_row, vllm_row):
+        assert not r["saturated"] and r["requests"] == 4 and r["concurrency"] == 2
+        assert 0 < r["ttft_p50_s"] <= r["e2e_p50_s"] and r["itl_p95_s"] >= r["itl_p50_s"] > 0
+        assert r["kv_bytes"] > 0
+    # greedy float32: vLLM commits what the torch loop commits, EOS endings included
+    assert vllm_row["committed_tokens"] == torch_row["committed_tokens"]
+    assert vllm_row["eos_shortened"] == torch_row["eos_shortened"]
+    assert vllm_row["speedup"] == pytest.approx(1.0)  # plain vLLM is its own baseline
+    assert vllm_row["peak_bytes"] > 500 * 2**20  # the float32 weights alone are ~540 MB
