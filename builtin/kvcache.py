@@ -11,11 +11,19 @@ the next ``update`` adopts the new tensors, so the cache never serves stale entr
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 MIN_GROWTH = 128  # positions added at least when a buffer is reallocated
+
+
+def cache_keyword(model) -> str:
+    """The keyword ``model.forward`` takes its KV cache under: ``cache`` since transformers 5.x renamed
+    ``past_key_values`` (the old name warns until 5.40), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class GrowingLayer(DynamicLayer):

@@ -6,12 +6,11 @@
 
 from __future__ import annotations
 
-import inspect
 from collections import deque
 
 import torch
 
-from eaglehead.builtin.kvcache import GrowingCache
+from eaglehead.builtin.kvcache import GrowingCache, cache_keyword
 from eaglehead.builtin.text import left_pad
 from eaglehead.decode import SamplingConfig, probs
 
@@ -44,7 +43,7 @@ def sample_stream(model, prompts: list[list[int]], *, batch_size: int, sampling:
 
 def _stream(model, prompts, batch_size, sampling, max_new_tokens, eos_ids, pad_id, generator, draw, segmented):
     device = next(model.parameters()).device
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_kw = cache_keyword(model)
     waiting = deque(range(len(prompts)))
     out: list[list[int]] = [[] for _ in prompts]
     ended = [False] * len(prompts)

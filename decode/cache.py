@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from eaglehead.builtin.kvcache import GrowingCache
+from eaglehead.builtin.kvcache import GrowingCache, cache_keyword
 from eaglehead.draftheads.taps import FeatureTaps
 
 from .attention_layout import AttentionLayout, check_maskable, slot_positions
@@ -49,7 +49,7 @@ class RaggedCacheLM:
         self.model = model
         self.taps = FeatureTaps(model, feature_layer_ids) if feature_layer_ids else None
         params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(model)
         self._has_logits_to_keep = "logits_to_keep" in params
         self.layout = AttentionLayout.of(model)
         if self.layout.sliding:  # holes on a sliding target need the 4D masks: refuse now, not mid-answer

@@ -32,9 +32,11 @@ import torch
 import torch.nn.functional as F
 
 from eaglehead.builtin.models import load_target
+from eaglehead.draftheads.config import target_dims
 
 from .bench_dflash import random_ids, target_costs
 from .bench_verify import median_ms
+from .plan_options import parse_int_list
 
 DEFAULT_DRAFT = "builtin/assets/smollm2_eagle3"
 
@@ -68,10 +70,8 @@ def one_query_paths(config, dtype: torch.dtype, context: int):
     layers (its head shape, grouped-query, no mask), each returning ``[1, kv_heads, groups, d]``: ``sdpa`` as
     transformers' decode step runs it (the kv heads packed into the query, as its ``pack_gqa`` does) and
     ``grouped``, three grouped matmuls with a float32 softmax (``draftheads.eagle3.attend``'s one-query path)."""
-    text = getattr(config, "text_config", None) or config
-    heads = text.num_attention_heads
-    kv = getattr(text, "num_key_value_heads", None) or heads
-    d = getattr(text, "head_dim", None) or text.hidden_size // heads
+    t = target_dims(getattr(config, "text_config", None) or config)
+    heads, kv, d = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
     g = torch.Generator().manual_seed(3)
     q = torch.randn(1, kv, heads // kv, d, generator=g).to(dtype)
     k, v = (torch.randn(1, kv, context, d, generator=g).to(dtype) for _ in range(2))
@@ -89,7 +89,7 @@ def one_query_paths(config, dtype: torch.dtype, context: int):
 
 def one_query_attention_s(config, dtype: torch.dtype, context: int, repeats: int) -> dict[str, float]:
     """Seconds of :func:`one_query_paths`' two paths over all of the target's layers."""
-    layers = (getattr(config, "text_config", None) or config).num_hidden_layers
+    layers = target_dims(getattr(config, "text_config", None) or config)["num_hidden_layers"]
     sdpa, grouped = one_query_paths(config, dtype, context)
     with torch.inference_mode():
         return {"sdpa": layers * median_ms(sdpa, repeats) / 1e3, "grouped": layers * median_ms(grouped, repeats) / 1e3}
@@ -140,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args(argv)
     try:
-        contexts = [int(v) for v in args.contexts.split(",")]
-        gammas = [int(v) for v in args.gammas.split(",")]
-    except ValueError:
-        ap.error(f"--contexts / --gammas: expected comma-separated integers, got {args.contexts!r} / {args.gammas!r}")
+        contexts = parse_int_list(args.contexts, "--contexts")
+        gammas = parse_int_list(args.gammas, "--gammas")
+    except ValueError as err:
+        ap.error(str(err))
     if min(contexts) < 2 or min(gammas) < 1:
         ap.error("--contexts: every context needs >= 2 tokens; --gammas: every gamma >= 1")
     if args.threads:

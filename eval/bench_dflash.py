@@ -17,15 +17,16 @@ weights. Printed per row: the block call in units of a target token, and the dra
 from __future__ import annotations
 
 import argparse
-import inspect
 
 import torch
 
+from eaglehead.builtin.kvcache import cache_keyword
 from eaglehead.builtin.models import load_target
 from eaglehead.draftheads.dflash import ContextCache, DFlashConfig, DFlashHead
 from eaglehead.draftheads.taps import target_output_weight
 
 from .bench_verify import median_ms
+from .plan_options import parse_int_list
 
 
 def _median_s(fn, repeats: int) -> float:
@@ -43,8 +44,7 @@ def target_costs(model, context: int, blocks: list[int], repeats: int) -> dict[s
     from transformers import DynamicCache
 
     ids = random_ids(model.config.vocab_size, context + max(blocks), seed=0)
-    # transformers 5.x renamed past_key_values to cache (the old name warns until 5.40): the decode loop's rule
-    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    kw = cache_keyword(model)
 
     def forward(n: int):
         cache = DynamicCache(config=model.config)
@@ -87,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=30)
     args = ap.parse_args(argv)
-    layers = [int(v) for v in args.layers.split(",")]
-    blocks = [int(v) for v in args.blocks.split(",")]
+    try:
+        layers = parse_int_list(args.layers, "--layers")
+        blocks = parse_int_list(args.blocks, "--blocks")
+    except ValueError as err:
+        ap.error(str(err))
     if args.threads:
         torch.set_num_threads(args.threads)
     model, _ = load_target(args.target, dtype=args.dtype)

@@ -55,7 +55,8 @@ def _load_text(r: dict) -> str:
 
 COLUMNS = ("budget", "load", "ctx", "engine", "method", "gamma", "tau", "TPOT ms", "ITL p50/p95/p99 ms",
            "TTFT p95 ms", "queue p95 ms", "tok/s", "speedup", "EOS-short", "KV MiB", "peak MiB")
-WIDTHS = (6, 14, 6, 10, 17, 16, 5, 8, 20, 11, 12, 7, 8, 9, 8)
+WIDTHS = (6, 14, 6, 10, 17, 16, 5, 8, 20, 11, 12, 7, 8, 9, 6, 8)
+assert len(WIDTHS) == len(COLUMNS)  # zip() in load_table would drop the columns past the shorter one
 
 
 def _sorted(report: dict[str, Any]) -> list[dict]:

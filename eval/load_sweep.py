@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from eaglehead.draftheads.config import target_dims
+
 from . import schedule
 from .assembly import hardware, report_config
 from .gamma_select import choose_gamma
@@ -159,11 +161,9 @@ def _measure(ctx: _Engines, journal: Journal, state: dict, spec: LoadSpec, reqs:
 
 def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
     """Bytes of the target's KV cache per position: layers x (K and V) x KV heads x head dim x element size."""
-    text = getattr(config, "text_config", None) or config
-    heads = text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    kv = getattr(text, "num_key_value_heads", None) or heads
-    return text.num_hidden_layers * 2 * kv * head_dim * torch.empty((), dtype=dtype).element_size()
+    t = target_dims(getattr(config, "text_config", None) or config)
+    return (t["num_hidden_layers"] * 2 * t["num_key_value_heads"] * t["head_dim"]
+            * torch.empty((), dtype=dtype).element_size())
 
 
 def kv_in_flight_bytes(per_token: int, spec: LoadSpec, reqs: list[Request]) -> int:

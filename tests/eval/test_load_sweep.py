@@ -12,7 +12,7 @@ from eaglehead.decode import DraftModelDrafter, SamplingConfig, vanilla_generate
 from eaglehead.eval.journal import CALLS
 from eaglehead.eval.load import LoadSpec, Request, run_load, summarise
 from eaglehead.eval.load_drivers import TorchBatchDriver
-from eaglehead.eval.load_report import LOAD_FIGURES
+from eaglehead.eval.load_report import COLUMNS, LOAD_FIGURES, load_table
 from eaglehead.eval.load_sweep import kv_bytes_per_token, kv_in_flight_bytes
 from eaglehead.eval.plan import add_eval_arguments, plan_from_args
 from eaglehead.eval.report_html import check_html
@@ -89,6 +89,9 @@ def test_sweep_states_speedups_and_report_files(auto_sweep):
             assert r["speedup"] == pytest.approx(1.0, abs=1e-12)
         else:
             assert r["speedup"] > 0 and r["tau"] >= 1.0
+    header, *rows = load_table(report).splitlines()
+    assert header.split()[-4:] == ["KV", "MiB", "peak", "MiB"]  # every column printed, the last ones included
+    assert all(c in header for c in COLUMNS)
     for name in ("report.json", "report.md", "report.html", *LOAD_FIGURES):
         assert (out / name).is_file(), name
     assert check_html((out / "report.html").read_text(), figures=len(LOAD_FIGURES)) == []
