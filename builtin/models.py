@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from .attention import use_few_query_attention
 from .devices import dtype_name, resolve_dtype
 from .packages import SMOLLM2, SMOLLM2_HUB_ID
 
@@ -76,7 +77,7 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype = "float32", d
                                                      trust_remote_code=trust_remote_code)
     except OSError as err:  # not a model directory, or a hub id that cannot be fetched
         raise ValueError(f"{option} {name_or_path!r}: cannot load a causal LM ({err})") from None
-    return model.to(device).eval()
+    return use_few_query_attention(model.to(device).eval())
 
 
 def load_target(name_or_path: str, *, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",

@@ -22,6 +22,9 @@ from contextlib import contextmanager
 
 import torch
 
+from eaglehead.builtin.attention import NAME as FEW_QUERY
+from eaglehead.builtin.attention import few_query_attention
+
 NAME = "eaglehead_segmented_sdpa"
 # The fixed cost of one more attention call, in cache cells (rows x columns) of attention work: slicing,
 # one SDPA dispatch and the final concatenation cost about as much as a few hundred cells per layer.
@@ -29,17 +32,17 @@ CALL_COST = 384
 
 
 def _segmented_sdpa(module, query, key, value, attention_mask, *args, kv_segments=None, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    # Each segment runs the attention a loaded target runs: SDPA, or on a CPU in half precision the grouped
+    # matmuls of builtin.attention (which hands everything else to SDPA).
     if kv_segments is None or query.shape[2] != 1 or len(kv_segments) < 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
+        return few_query_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if attention_mask is not None and attention_mask.shape[-1] != key.shape[-2]:
         raise ValueError(f"kv_segments: the mask covers {attention_mask.shape[-1]} cache columns, the keys "
                          f"{key.shape[-2]}; segments are only defined when the two agree")
     outs = []
     for a, b, s in kv_segments:
         mask = None if attention_mask is None else attention_mask[a:b, ..., s:]
-        out, _ = sdpa_attention_forward(module, query[a:b], key[a:b, :, s:], value[a:b, :, s:], mask, *args, **kwargs)
+        out, _ = few_query_attention(module, query[a:b], key[a:b, :, s:], value[a:b, :, s:], mask, *args, **kwargs)
         outs.append(out)
     return torch.cat(outs), None
 
@@ -59,7 +62,7 @@ def segmented_attention(model):
     SDPA attention (eager, flash, a model that cannot switch) are left as they are and yield ``False``."""
     config = getattr(model, "config", None)
     before = getattr(config, "_attn_implementation", None)
-    if before != "sdpa" or not hasattr(model, "set_attn_implementation"):
+    if before not in ("sdpa", FEW_QUERY) or not hasattr(model, "set_attn_implementation"):
         yield False
         return
     try:

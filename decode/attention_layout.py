@@ -36,8 +36,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from eaglehead.builtin.attention import NAME as FEW_QUERY
+
 FULL, SLIDING = "full_attention", "sliding_attention"
-MASKABLE = ("eager", "sdpa")  # attention implementations that take an additive 4D mask as it is
+# attention implementations that take an additive 4D mask as it is (the third: builtin.attention, SDPA's
+# semantics with grouped matmuls for a few queries on a CPU in half precision)
+MASKABLE = ("eager", "sdpa", FEW_QUERY)
 
 
 def slot_positions(valid: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eaglehead.builtin.attention import grouped_attention
+
 from .config import Eagle3Config
 from .rope import apply_rope, rope_cos_sin, rope_frequencies, rope_inv_freq  # noqa: F401 (re-exported)
 from .vocab import check_vocab_mapping
@@ -81,14 +83,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     kv_heads = k.shape[1]
     groups = heads // kv_heads
     if diag_k is None and tq == 1 and q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
-        # One query (each self-fed draft step) in half precision on a CPU: SDPA's kernel costs ~2.3x these three
-        # grouped matmuls here (BENCHMARKS.md, "The draft step's attention"), and the kv heads are not copied.
-        qg = q.view(b, kv_heads, groups, d)
-        scores = torch.einsum("bhgd,bhkd->bhgk", qg, k) * (1.0 / math.sqrt(d))
-        if mask is not None:
-            scores = scores.masked_fill(~mask.reshape(mask.shape[0], 1, 1, -1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        return torch.einsum("bhgk,bhkd->bhgd", weights, v).reshape(b, 1, heads * d)
+        # One query (each self-fed draft step) in half precision on a CPU: SDPA's kernel costs ~2.3x grouped
+        # matmuls here (BENCHMARKS.md, "The draft step's attention"), and the kv heads are not copied.
+        return grouped_attention(q, k, v, mask).reshape(b, 1, heads * d)
     if diag_k is None:
         if groups > 1:
             k = k[:, :, None].expand(b, kv_heads, groups, *k.shape[2:]).reshape(b, heads, *k.shape[2:])

@@ -4,6 +4,7 @@ Usage::
 
     python -m eaglehead.eval.bench_context [--target builtin:smollm2-135m-instruct] [--draft DIR]
         [--dtype float32] [--contexts 256,1024,2048,4096,7168] [--gammas 3,5] [--threads 2] [--repeats 20]
+        [--attention-queries 1,4,8,16,32] [--attention sdpa,eaglehead_few_query_sdpa]
 
 Side by side in one process, medians over ``--repeats`` after warm-up, batch 1, with a ``context``-token prefix
 cached in the target and in the head (packed linear layers, as ``eaglehead eval`` runs them by default): one target
@@ -15,10 +16,13 @@ costs decode steps: the printed **break-even tau**. Compare it with the tau the 
 length (``eaglehead eval --prompts long-context``): below it, speculation loses at that context.
 
 Beside the decode step, the share of it that is attention: one query over ``context`` keys in every layer, through
-``scaled_dot_product_attention`` (what transformers' decode step calls) and through three grouped matmuls (the
-same attention, float32 softmax). In bfloat16 on a CPU SDPA's kernel is several times slower at one query than at
-a few (BENCHMARKS.md, "Round cost against context length"), which makes a plain bfloat16 decode step dearer than a
-verification of a few tokens at long contexts: a baseline cost, not a property of speculation.
+transformers' ``sdpa`` attention and through the grouped matmuls of :mod:`eaglehead.builtin.attention` (the same
+attention, float32 softmax), and a second table of both paths at ``--attention-queries`` query counts. In
+bfloat16 on a CPU, SDPA's kernel is several times slower at a few queries (BENCHMARKS.md, "Round cost against
+context length"), which made a plain bfloat16 decode step dearer than a verification of four tokens at long
+contexts; a half-precision target eaglehead loads now runs the grouped path up to ``MAX_QUERIES`` queries.
+``--attention sdpa,eaglehead_few_query_sdpa,sdpa`` times the rounds once per named implementation, in that order
+(the target switched in place): the tables side by side are the kernel's effect, the repeat a drift check.
 
 Prompts are random token ids: cost does not depend on the values.
 """
@@ -26,11 +30,13 @@ Prompts are random token ids: cost does not depend on the values.
 from __future__ import annotations
 
 import argparse
-import math
+from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
+from eaglehead.builtin.attention import NAME as FEW_QUERY
+from eaglehead.builtin.attention import grouped_attention
+from eaglehead.builtin.attention import register as register_few_query
 from eaglehead.builtin.models import load_target
 from eaglehead.draftheads.config import target_dims
 
@@ -65,32 +71,37 @@ def head_step_s(drafter, context: int, repeats: int) -> float:
         return seconds
 
 
-def one_query_paths(config, dtype: torch.dtype, context: int):
-    """Two callables computing one query's attention over ``context`` random cached keys in one of the target's
-    layers (its head shape, grouped-query, no mask), each returning ``[1, kv_heads, groups, d]``: ``sdpa`` as
-    transformers' decode step runs it (the kv heads packed into the query, as its ``pack_gqa`` does) and
-    ``grouped``, three grouped matmuls with a float32 softmax (``draftheads.eagle3.attend``'s one-query path)."""
+def attention_paths(config, dtype: torch.dtype, context: int, queries: int = 1):
+    """Two callables computing the attention of ``queries`` new tokens over ``context`` random cached keys plus
+    themselves in one of the target's layers (its head shape, grouped-query, the additive causal mask the decode
+    loop passes), each returning ``[1, queries, heads, d]``: ``sdpa``, transformers' ``sdpa_attention_forward``
+    as the plain ``sdpa`` target runs it, and ``grouped``, :func:`eaglehead.builtin.attention.grouped_attention`
+    (what a loaded half-precision target runs on a CPU up to ``MAX_QUERIES`` queries)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
     t = target_dims(getattr(config, "text_config", None) or config)
     heads, kv, d = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
     g = torch.Generator().manual_seed(3)
-    q = torch.randn(1, kv, heads // kv, d, generator=g).to(dtype)
-    k, v = (torch.randn(1, kv, context, d, generator=g).to(dtype) for _ in range(2))
+    q = torch.randn(1, heads, queries, d, generator=g).to(dtype)
+    k, v = (torch.randn(1, kv, context + queries, d, generator=g).to(dtype) for _ in range(2))
+    keys = torch.arange(context + queries)
+    allowed = keys[None, :] <= context + torch.arange(queries)[:, None]  # the cache, then causal in the block
+    mask = torch.zeros(1, 1, queries, context + queries, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    module = SimpleNamespace(num_key_value_groups=heads // kv, is_causal=True)
 
     def sdpa():
-        return F.scaled_dot_product_attention(q, k, v)
+        return sdpa_attention_forward(module, q, k, v, mask)[0]
 
     def grouped():
-        scores = torch.einsum("bhgd,bhkd->bhgk", q, k) * (1.0 / math.sqrt(d))
-        w = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
-        return torch.einsum("bhgk,bhkd->bhgd", w, v)
+        return grouped_attention(q, k, v, mask)
 
     return sdpa, grouped
 
 
-def one_query_attention_s(config, dtype: torch.dtype, context: int, repeats: int) -> dict[str, float]:
-    """Seconds of :func:`one_query_paths`' two paths over all of the target's layers."""
+def attention_s(config, dtype: torch.dtype, context: int, repeats: int, queries: int = 1) -> dict[str, float]:
+    """Seconds of :func:`attention_paths`' two paths over all of the target's layers."""
     layers = target_dims(getattr(config, "text_config", None) or config)["num_hidden_layers"]
-    sdpa, grouped = one_query_paths(config, dtype, context)
+    sdpa, grouped = attention_paths(config, dtype, context, queries)
     with torch.inference_mode():
         return {"sdpa": layers * median_ms(sdpa, repeats) / 1e3, "grouped": layers * median_ms(grouped, repeats) / 1e3}
 
@@ -102,7 +113,7 @@ def context_costs(model, drafter, contexts: list[int], gammas: list[int], repeat
     for n in contexts:
         base = target_costs(model, n, [g + 1 for g in gammas], repeats)
         head = head_step_s(drafter, n, repeats)
-        attn = one_query_attention_s(model.config, next(model.parameters()).dtype, n, repeats)
+        attn = attention_s(model.config, next(model.parameters()).dtype, n, repeats)
         row = {"context": n, "token_s": base["token"], "head_step_s": head, "attn_sdpa_s": attn["sdpa"],
                "attn_grouped_s": attn["grouped"]}
         for g in gammas:
@@ -128,6 +139,19 @@ def format_table(rows: list[dict], gammas: list[int]) -> str:
     return "\n".join(lines)
 
 
+def attention_rows(config, dtype: torch.dtype, contexts: list[int], queries: list[int], repeats: int) -> list[dict]:
+    """Per context and query count, seconds of both attention paths over all layers (:func:`attention_s`)."""
+    return [{"context": n, "queries": t, **attention_s(config, dtype, n, repeats, t)} for n in contexts for t in queries]
+
+
+def format_attention_table(rows: list[dict]) -> str:
+    lines = ["context  queries  SDPA ms (all layers)  grouped ms  SDPA / grouped"]
+    for r in rows:
+        lines.append(f"{r['context']:>7}  {r['queries']:>7}  {r['sdpa'] * 1e3:>20.2f}  {r['grouped'] * 1e3:>10.2f}  "
+                     f"{r['sdpa'] / r['grouped']:>14.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eaglehead.eval.bench_context", description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="builtin:smollm2-135m-instruct")
@@ -138,18 +162,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-linear", default="packed", choices=("packed", "plain"))
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--attention-queries", default="1,4,8,16,32",
+                    help="query counts of the attention table (SDPA against grouped matmuls; '' to skip it)")
+    ap.add_argument("--attention", default=None,
+                    help="attention implementations to time the rounds with, in this order (e.g. "
+                         "'sdpa,eaglehead_few_query_sdpa,sdpa'; default: the one the loaded target runs)")
     args = ap.parse_args(argv)
     try:
         contexts = parse_int_list(args.contexts, "--contexts")
         gammas = parse_int_list(args.gammas, "--gammas")
+        queries = parse_int_list(args.attention_queries, "--attention-queries") if args.attention_queries else []
     except ValueError as err:
         ap.error(str(err))
-    if min(contexts) < 2 or min(gammas) < 1:
-        ap.error("--contexts: every context needs >= 2 tokens; --gammas: every gamma >= 1")
+    impls = [x.strip() for x in args.attention.split(",") if x.strip()] if args.attention else []
+    bad = sorted(set(impls) - {"sdpa", "eager", FEW_QUERY})
+    if bad:
+        ap.error(f"--attention: unknown {bad}; expected names from sdpa, eager, {FEW_QUERY}")
+    if min(contexts) < 2 or min(gammas) < 1 or min(queries, default=1) < 1:
+        ap.error("--contexts: every context needs >= 2 tokens; --gammas: every gamma >= 1; "
+                 "--attention-queries: every count >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     from eaglehead.decode.eagle import load_eagle_drafter
 
+    register_few_query()  # the name is known before the target switches to it
     model, _ = load_target(args.target, dtype=args.dtype)
     longest = max(contexts) + max(gammas) + 1
     limit = getattr(model.config, "max_position_embeddings", None)
@@ -162,10 +198,16 @@ def main(argv: list[str] | None = None) -> int:
 
         pack_linears(model)
         pack_linears(drafter.head)
-    rows = context_costs(model, drafter, contexts, gammas, args.repeats)
     print(f"target {args.target} {args.dtype}, head {args.draft}, {args.cpu_linear} linears, "
           f"{torch.get_num_threads()} threads, batch 1, medians of {args.repeats}")
-    print(format_table(rows, gammas))
+    for impl in impls or [model.config._attn_implementation]:
+        model.set_attn_implementation(impl)
+        print(f"\ntarget attention: {impl}")
+        print(format_table(context_costs(model, drafter, contexts, gammas, args.repeats), gammas))
+    if queries:
+        print("\nattention of a few queries over the cache, one layer's shape times the layers (additive mask):")
+        print(format_attention_table(attention_rows(model.config, next(model.parameters()).dtype, contexts, queries,
+                                                    args.repeats)))
     return 0
 
 

@@ -8,6 +8,8 @@ counts, so the cache has holes). Cache rollback after first-position rejection, 
 acceptance gives the next logits of a fresh forward (float32, atol 1e-4: one-pass vs incremental attention
 sums over <= 60 keys). Negative controls: a sliding mask by cache slot, or no window on the sliding layers,
 breaks that equality. Flash attention (and sdpa on GPT-OSS, which would drop its sinks) is refused by name.
+The same checks run on builtin.attention's few-query kernel (one family per mask layout), its grouped path
+forced in float32 and counted, so decode steps, chain verifications and trees are shown to go through it.
 
 Run: ``python -m pytest tests/decode/test_families.py -q --durations=5``
 """
@@ -19,6 +21,8 @@ import dataclasses
 import pytest
 import torch
 
+from eaglehead.builtin import attention
+from eaglehead.builtin.attention import NAME as FEW_QUERY
 from eaglehead.decode import SamplingConfig, speculative_generate, vanilla_generate
 from eaglehead.decode import cache as cache_module
 from eaglehead.decode import tree_target as tree_target_module
@@ -39,11 +43,36 @@ TOL = dict(atol=1e-4, rtol=1e-4)
 # The other implementation of the sliding families; Gemma 2 and GPT-OSS are eager-only in transformers 5.25
 # (``_supports_sdpa = False``: softcapping, sinks), the default of the others is sdpa.
 OTHER_IMPL = {"gemma3": "eager", "mistral": "eager", "qwen2-sliding": "eager"}
-CASES = [(f, None) for f in FAMILIES] + [(f, i) for f, i in OTHER_IMPL.items()]
+# builtin.attention's few-query kernel (what a half-precision target on a CPU runs), forced in float32 so the
+# tolerances stay tight, on one family per mask layout: one tensor (llama), one sliding tensor (mistral), the
+# per-type dict (gemma3, qwen2-sliding).
+FEW_QUERY_FAMILIES = ("llama", "mistral", "gemma3", "qwen2-sliding")
+CASES = ([(f, None) for f in FAMILIES] + [(f, i) for f, i in OTHER_IMPL.items()]
+         + [(f, FEW_QUERY) for f in FEW_QUERY_FAMILIES])
 
 
 def _model(family: str, impl: str | None, seed: int = 0):
+    if impl == FEW_QUERY:
+        attention.register()
+        model = tiny_family(family, seed)
+        model.set_attn_implementation(FEW_QUERY)
+        return model
     return tiny_family(family, seed, **({"attn_implementation": impl} if impl else {}))
+
+
+@pytest.fixture
+def grouped_calls(monkeypatch):
+    """The few-query kernel's grouped path taken in float32 too (it serves half precision), and a count of its
+    calls: a case that never reached it would pass on SDPA alone."""
+    monkeypatch.setattr(attention, "HALF", attention.HALF + (torch.float32,))
+    real, seen = attention.grouped_attention, []
+
+    def counted(*args, **kwargs):
+        seen.append(args[0].shape[2])  # queries per call
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "grouped_attention", counted)
+    return seen
 
 
 def _prompts():
@@ -84,7 +113,8 @@ class OracleChainDrafter:
 
 
 @pytest.mark.parametrize("family,impl", CASES)
-def test_greedy_chain_and_tree_equal_vanilla_and_the_no_cache_reference(family, impl):
+def test_greedy_chain_and_tree_equal_vanilla_and_the_no_cache_reference(family, impl, request):
+    seen = request.getfixturevalue("grouped_calls") if impl == FEW_QUERY else None
     model = _model(family, impl)
     rows, x, mask = _prompts()
     truth = []
@@ -111,6 +141,8 @@ def test_greedy_chain_and_tree_equal_vanilla_and_the_no_cache_reference(family, 
     assert len({a for r in tree.rounds for a in r.accepted}) >= 3  # rows accept different depths
     assert speculative_generate(model, Eagle3Drafter(head, model), x, gamma=3, sampling=GREEDY, max_new_tokens=NEW,
                                 attention_mask=mask).tokens == truth
+    if seen is not None:  # decode steps (1 query), chain verifications (4) and trees (9) ran the grouped path
+        assert {1, 4, 9} <= set(seen), sorted(set(seen))
 
 
 def _fresh_next_logits(model, seq: list[int]) -> torch.Tensor:
@@ -159,6 +191,12 @@ def _drive_rounds(model, layout=None) -> float:
 @pytest.mark.parametrize("family", SLIDING_FAMILIES + ("llama", "phi3"))
 def test_rollback_equals_a_recompute_past_the_window(family):
     assert _drive_rounds(tiny_family(family, seed=1)) < TOL["atol"]
+
+
+@pytest.mark.parametrize("family", ("mistral", "gemma3"))
+def test_rollback_equals_a_recompute_on_the_few_query_kernel(family, grouped_calls):
+    assert _drive_rounds(_model(family, FEW_QUERY, seed=1)) < TOL["atol"]
+    assert {1, 4, 7} <= set(grouped_calls)  # steps, chain rounds and tree rounds (root + 6 nodes)
 
 
 def test_negative_controls_slot_positions_or_no_window_diverge(monkeypatch):
