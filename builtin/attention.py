@@ -36,13 +36,16 @@ NAME = "eaglehead_few_query_sdpa"
 # 7168 cached keys on SmolLM2's shape (BENCHMARKS.md, "The target's attention in bfloat16"), and its float32
 # score matrix ([kv heads, groups x queries, keys]) stays small. Longer blocks (a prefill) take SDPA's flash kernel.
 MAX_QUERIES = 64
-HALF = (torch.bfloat16, torch.float16)
+# The dtypes the grouped path serves: half precision, where CPU SDPA is slow at a few queries. float32 keeps SDPA
+# (every float32 figure in the README was measured on it); ``bench_context --grouped-float32`` measures the
+# alternative.
+DTYPES = (torch.bfloat16, torch.float16)
 
 
 def takes_grouped_path(query: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float = 0.0,
                        **kwargs) -> bool:
     """Whether :func:`few_query_attention` computes this call itself (else it hands it to SDPA)."""
-    if query.device.type != "cpu" or query.dtype not in HALF or not 1 <= query.shape[2] <= MAX_QUERIES:
+    if query.device.type != "cpu" or query.dtype not in DTYPES or not 1 <= query.shape[2] <= MAX_QUERIES:
         return False
     if dropout or kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         return False
@@ -113,7 +116,7 @@ def wants_few_query_attention(model) -> bool:
         param = next(model.parameters())
     except StopIteration:
         return False
-    return param.device.type == "cpu" and param.dtype in HALF
+    return param.device.type == "cpu" and param.dtype in DTYPES
 
 
 def use_few_query_attention(model):

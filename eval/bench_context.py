@@ -34,9 +34,7 @@ from types import SimpleNamespace
 
 import torch
 
-from eaglehead.builtin.attention import NAME as FEW_QUERY
-from eaglehead.builtin.attention import grouped_attention
-from eaglehead.builtin.attention import register as register_few_query
+from eaglehead.builtin import attention as few_query
 from eaglehead.builtin.models import load_target
 from eaglehead.draftheads.config import target_dims
 
@@ -93,7 +91,7 @@ def attention_paths(config, dtype: torch.dtype, context: int, queries: int = 1):
         return sdpa_attention_forward(module, q, k, v, mask)[0]
 
     def grouped():
-        return grouped_attention(q, k, v, mask)
+        return few_query.grouped_attention(q, k, v, mask)
 
     return sdpa, grouped
 
@@ -167,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention", default=None,
                     help="attention implementations to time the rounds with, in this order (e.g. "
                          "'sdpa,eaglehead_few_query_sdpa,sdpa'; default: the one the loaded target runs)")
+    ap.add_argument("--grouped-float32", action="store_true",
+                    help="an experiment: let the few-query kernel's grouped path serve float32 too (it serves half "
+                         "precision only); time it with --attention sdpa,eaglehead_few_query_sdpa")
     args = ap.parse_args(argv)
     try:
         contexts = parse_int_list(args.contexts, "--contexts")
@@ -175,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         ap.error(str(err))
     impls = [x.strip() for x in args.attention.split(",") if x.strip()] if args.attention else []
-    bad = sorted(set(impls) - {"sdpa", "eager", FEW_QUERY})
+    bad = sorted(set(impls) - {"sdpa", "eager", few_query.NAME})
     if bad:
-        ap.error(f"--attention: unknown {bad}; expected names from sdpa, eager, {FEW_QUERY}")
+        ap.error(f"--attention: unknown {bad}; expected names from sdpa, eager, {few_query.NAME}")
     if min(contexts) < 2 or min(gammas) < 1 or min(queries, default=1) < 1:
         ap.error("--contexts: every context needs >= 2 tokens; --gammas: every gamma >= 1; "
                  "--attention-queries: every count >= 1")
@@ -185,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     from eaglehead.decode.eagle import load_eagle_drafter
 
-    register_few_query()  # the name is known before the target switches to it
+    few_query.register()  # the name is known before the target switches to it
+    if args.grouped_float32:
+        few_query.DTYPES = (*few_query.DTYPES, torch.float32)
     model, _ = load_target(args.target, dtype=args.dtype)
     longest = max(contexts) + max(gammas) + 1
     limit = getattr(model.config, "max_position_embeddings", None)

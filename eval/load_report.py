@@ -7,7 +7,7 @@
   against concurrency (top row; one line per method and context bucket) and against context length (bottom row;
   one line per method and concurrency), one column per output budget. Points below 1.0x, where speculation costs
   more than it saves, are drawn as red crosses: the crossover.
-- ``load_itl_p95.png``: the same grid of p95 inter-token latency (ms), the plain engines included; a red
+- ``load_itl_p95.png``: the same grid of p95 inter-token latency (ms, log scale), the plain engines included; a red
   cross marks a method whose p95 is worse than its plain engine's in that state (the design document's
   falsification test: "acceptance length improves while time/token or p95 deteriorates").
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from .figures import method_color
 from .report import jsonable
@@ -135,14 +136,15 @@ def _line_key(r: dict, auto: bool) -> tuple[str, str] | None:
 
 
 def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse, plain_too: bool,
-          auto: bool) -> Path:
-    """Rows: vs concurrency, vs context length; columns: budgets."""
+          auto: bool, log_y: bool = False) -> Path:
+    """Rows: vs concurrency, vs context length; columns: budgets. ``log_y``: a logarithmic y axis."""
     closed = [r for r in recs if r["load"] == "closed" and not r["saturated"]]
     budgets = sorted({r["budget"] for r in closed}) or [0]
     width = max(4.6 * len(budgets) + 2.6, 9.5)  # one budget: still room for the title and the legend
     fig = Figure(figsize=(width, 6.6), dpi=100)
     axes = fig.subplots(2, len(budgets), squeeze=False)
     handles: dict[str, Any] = {}
+    markers: dict[tuple, tuple] = {}
     flagged = False
     for j, budget in enumerate(budgets):
         rs = [r for r in closed if r["budget"] == budget and (plain_too or r["method"] not in PLAIN)]
@@ -165,8 +167,13 @@ def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse
                 suffix = f", ctx {group}" if group_key == "bucket" else f", c={group}"
                 color = method_color(method)  # the plain engines: vanilla grey, llamacpp brown, vllm green
                 marker = MARKERS[groups.index(group) % len(MARKERS)]
-                (h,) = ax.plot(xs, ys, style, marker=marker, ms=5, color=color, label=label + suffix)
-                handles.setdefault(label + suffix, h)
+                ax.plot(xs, ys, style, marker=marker, ms=5, color=color, label=label + suffix)
+                # the legend: one entry per line colour (method) and one per marker (context or concurrency),
+                # not their product
+                handles.setdefault(label, Line2D([], [], color=color, ls=style))
+                where = "top row" if group_key == "bucket" else "bottom row"
+                markers.setdefault((row, groups.index(group)),
+                                   (f"{where}: {suffix[2:]}", Line2D([], [], color="black", ls="", marker=marker, ms=5)))
                 bad = [(x, y) for (r, y), x in zip(pts, xs) if worse(r, y)]
                 if bad:
                     flagged = True
@@ -179,6 +186,10 @@ def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse
             ax.grid(alpha=0.3)
             if ylabel.startswith("speedup"):
                 ax.axhline(1.0, color="black", lw=0.8, ls=":")
+            elif log_y:
+                ax.set_yscale("log")  # one stalled state (seconds) would flatten every other line (tens of ms)
+    for _, (text, h) in sorted(markers.items()):
+        handles[text] = h
     if flagged:
         (h,) = axes[0][0].plot([], [], "x", color="red", ms=9, mew=2)
         handles["red x: " + ("below 1.0x (crossover)" if ylabel.startswith("speedup") else
@@ -211,8 +222,8 @@ def plot_load(report: dict[str, Any], out: Path) -> dict[str, Path]:
              "load_itl_p95.png": _grid(recs, lambda r: None if r.get("itl_p95_s") is None else 1e3 * r["itl_p95_s"],
                                        out / "load_itl_p95.png",
                                        title="p95 inter-token latency by concurrency and context (closed loops, "
-                                             "test requests)", ylabel="p95 ITL (ms)", worse=worse_p95,
-                                       plain_too=True, auto=auto)}
+                                             "test requests)", ylabel="p95 ITL (ms, log scale)", worse=worse_p95,
+                                       plain_too=True, auto=auto, log_y=True)}
     return files
 
 

@@ -64,7 +64,7 @@ def _model(family: str, impl: str | None, seed: int = 0):
 def grouped_calls(monkeypatch):
     """The few-query kernel's grouped path taken in float32 too (it serves half precision), and a count of its
     calls: a case that never reached it would pass on SDPA alone."""
-    monkeypatch.setattr(attention, "HALF", attention.HALF + (torch.float32,))
+    monkeypatch.setattr(attention, "DTYPES", attention.DTYPES + (torch.float32,))
     real, seen = attention.grouped_attention, []
 
     def counted(*args, **kwargs):
