@@ -166,14 +166,15 @@ def _grid(recs: list[dict], value, path: Path, *, title: str, ylabel: str, worse
                 xs, ys = [pos[p[0][xkey]] for p in pts], [p[1] for p in pts]
                 suffix = f", ctx {group}" if group_key == "bucket" else f", c={group}"
                 color = method_color(method)  # the plain engines: vanilla grey, llamacpp brown, vllm green
-                marker = MARKERS[groups.index(group) % len(MARKERS)]
-                ax.plot(xs, ys, style, marker=marker, ms=5, color=color, label=label + suffix)
+                g = groups.index(group)
+                marker = MARKERS[g % len(MARKERS)]
+                ax.plot(xs, ys, style, marker=marker, ms=5, color=color)
                 # the legend: one entry per line colour (method) and one per marker (context or concurrency),
                 # not their product
                 handles.setdefault(label, Line2D([], [], color=color, ls=style))
                 where = "top row" if group_key == "bucket" else "bottom row"
-                markers.setdefault((row, groups.index(group)),
-                                   (f"{where}: {suffix[2:]}", Line2D([], [], color="black", ls="", marker=marker, ms=5)))
+                markers.setdefault((row, g), (f"{where}: {suffix[2:]}",
+                                              Line2D([], [], color="black", ls="", marker=marker, ms=5)))
                 bad = [(x, y) for (r, y), x in zip(pts, xs) if worse(r, y)]
                 if bad:
                     flagged = True
