@@ -1,30 +1,37 @@
-"""The target's attention on a CPU in half precision: grouped matmuls for a few queries, SDPA otherwise.
+"""The target's attention on a CPU: grouped matmuls for a few half-precision queries, SDPA without kv copies.
 
-Why. PyTorch's CPU ``scaled_dot_product_attention`` is slow for a handful of queries in bfloat16/float16: over
-1024 cached keys one SmolLM2 layer's one-query attention takes 0.59 ms through it against 0.19 ms through
-three grouped matmuls, over 7168 keys 4.30 against 0.79 ms (BENCHMARKS.md, "Round cost against context
-length"). transformers' ``sdpa`` attention calls that kernel for every decode step and every verification,
-so a plain bfloat16 decode step at 4k tokens of context cost more than a verification of four tokens; every
-bfloat16 speedup measured against it was inflated.
+Why. Two costs of transformers' ``sdpa`` attention on a CPU, both in every verification and decode step:
+
+- PyTorch's CPU ``scaled_dot_product_attention`` is slow for a handful of queries in bfloat16/float16: over
+  1024 cached keys one SmolLM2 layer's one-query attention takes 0.59 ms through it against 0.19 ms through
+  three grouped matmuls, over 7168 keys 4.30 against 0.79 ms (BENCHMARKS.md, "Round cost against context
+  length"), so a plain bfloat16 decode step at 4k tokens of context cost more than a verification of four tokens.
+- With a mask and more than one query (every verification, a padded batch's every step) transformers calls
+  ``repeat_kv`` on a grouped-query model: the whole cache is copied ``heads / kv_heads`` times in every layer,
+  because its ``enable_gqa`` is kept for CUDA without a mask. On SmolLM2 (3:1) at batch 4 over 4096 keys, one
+  layer's 4-query attention takes 30 ms that way against 3.3 ms with ``enable_gqa`` (BENCHMARKS.md, "The
+  verification's kv copy"): a float32 chain round cost 1.2 s against a 165 ms plain step.
 
 What. :data:`NAME` is a transformers attention implementation (registered with ``AttentionInterface`` and
-with SDPA's own mask function, so the masks the model builds are SDPA's). :func:`few_query_attention` takes
-the grouped path when all of these hold, and otherwise calls transformers' ``sdpa_attention_forward`` with the
-same arguments:
+with SDPA's own mask function, so the masks the model builds are SDPA's). :func:`few_query_attention` picks one
+of three paths:
 
-- the tensors are on a CPU in bfloat16 or float16, with at most :data:`MAX_QUERIES` queries;
-- there is a mask (bool or additive float), or a single query (a single query needs no causal mask);
-- no dropout, softcap, sinks or position bias (each of those goes to SDPA, which applies or refuses it).
+1. **grouped matmuls** (:func:`grouped_attention`, :func:`takes_grouped_path`): on a CPU in bfloat16 or
+   float16, at most :data:`MAX_QUERIES` queries, with a mask (bool or additive float) or a single query, and
+   no dropout, softcap, sinks or position bias. It computes what transformers' ``eager`` attention computes, in
+   the same precision (scores as a half-precision matmul times the scale, the mask added, a float32 softmax cast
+   back, a half-precision matmul with the values), reading each kv head once for its query heads. A fully
+   masked row gets uniform weights (the mask is added as the dtype minimum, as ``eager`` does), not NaN.
+2. **SDPA with enable_gqa** (:func:`takes_gqa_sdpa`): on a CPU, a masked call of more than one query on a
+   grouped-query layer, without softcap, sinks or position bias: the same kernel call transformers makes, on
+   the kv heads in place of their repeated copy (PyTorch's CPU kernels index the kv head per query head). The
+   output is the same to the bit (tests/builtin/test_attention.py), so no figure's numerics change.
+3. transformers' ``sdpa_attention_forward`` with the arguments as they came, for everything else (a prefill
+   without a mask, one float32 query, which transformers already packs per kv head, softcap, sinks, dropout).
 
-The grouped path computes what transformers' ``eager`` attention computes, in the same precision (scores as a
-half-precision matmul times the scale, the mask added, a float32 softmax cast back, a half-precision matmul
-with the values), but reads each kv head once for its ``heads / kv_heads`` query heads instead of repeating
-it. A fully masked row gets uniform weights (the mask is added as the dtype minimum, as ``eager`` does), not
-NaN.
-
-Use. :func:`use_few_query_attention` switches a model that runs ``sdpa`` on a CPU in half precision and leaves
-any other model as it is; :func:`eaglehead.builtin.models.load_causal_lm` calls it, so every target eaglehead
-loads (decoding, evaluation, data generation) gets it.
+Use. :func:`use_few_query_attention` switches a model that runs ``sdpa`` on a CPU and leaves any other model as
+it is; :func:`eaglehead.builtin.models.load_causal_lm` calls it, so every target eaglehead loads (decoding,
+evaluation, data generation) gets it.
 """
 
 from __future__ import annotations
@@ -36,9 +43,10 @@ NAME = "eaglehead_few_query_sdpa"
 # 7168 cached keys on SmolLM2's shape (BENCHMARKS.md, "The target's attention in bfloat16"), and its float32
 # score matrix ([kv heads, groups x queries, keys]) stays small. Longer blocks (a prefill) take SDPA's flash kernel.
 MAX_QUERIES = 64
-# The dtypes the grouped path serves: half precision, where CPU SDPA is slow at a few queries. float32 keeps SDPA
-# (every float32 figure in the README was measured on it); ``bench_context --grouped-float32`` measures the
-# alternative.
+# The dtypes the grouped path serves: half precision, where CPU SDPA is slow at a few queries. float32 keeps SDPA's
+# kernel (with ``enable_gqa`` where transformers would copy the kv heads): its numerics are the ones every float32
+# figure was measured on, and at 4 to 8 queries the two cost about the same; ``bench_context --grouped-float32``
+# measures the grouped alternative.
 DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -52,6 +60,27 @@ def takes_grouped_path(query: torch.Tensor, attention_mask: torch.Tensor | None,
     if kwargs.get("position_bias") is not None:
         return False
     return attention_mask is not None or query.shape[2] == 1
+
+
+def takes_gqa_sdpa(module, query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+                   **kwargs) -> bool:
+    """Whether :func:`few_query_attention` calls SDPA with ``enable_gqa`` itself, where transformers' ``sdpa``
+    would copy the kv heads (a masked call of several queries on a grouped-query layer, on a CPU)."""
+    if query.device.type != "cpu" or attention_mask is None or query.shape[2] < 2:
+        return False
+    if getattr(module, "num_key_value_groups", 1) <= 1 or query.shape[1] == key.shape[1]:
+        return False
+    return all(kwargs.get(name) is None for name in ("softcap", "s_aux", "position_bias"))
+
+
+def gqa_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor,
+             dropout: float = 0.0, scaling: float | None = None) -> torch.Tensor:
+    """transformers' masked SDPA call (``is_causal`` off: the mask holds the causal part) with ``enable_gqa``
+    instead of ``repeat_kv``; ``[B, Tq, heads, d]`` as its attention functions return."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, is_causal=False,
+                                                           enable_gqa=True)
+    return out.transpose(1, 2).contiguous()
 
 
 def grouped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -87,10 +116,13 @@ def grouped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
 def few_query_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                         scaling: float | None = None, is_causal: bool | None = None, **kwargs):
-    """A transformers attention function: :func:`grouped_attention` where :func:`takes_grouped_path`, else
-    transformers' ``sdpa_attention_forward`` with the arguments as they came."""
+    """A transformers attention function: :func:`grouped_attention` where :func:`takes_grouped_path`,
+    :func:`gqa_sdpa` where :func:`takes_gqa_sdpa`, else transformers' ``sdpa_attention_forward`` with the
+    arguments as they came."""
     if takes_grouped_path(query, attention_mask, dropout, **kwargs):
         return grouped_attention(query, key, value, attention_mask, scaling), None
+    if takes_gqa_sdpa(module, query, key, attention_mask, **kwargs):
+        return gqa_sdpa(query, key, value, attention_mask, dropout, scaling), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -108,7 +140,8 @@ def register() -> None:
 
 
 def wants_few_query_attention(model) -> bool:
-    """Whether ``model`` runs transformers' ``sdpa`` attention on a CPU in half precision."""
+    """Whether ``model`` runs transformers' ``sdpa`` attention on a CPU (any dtype: float32 takes the
+    ``enable_gqa`` path, half precision both)."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
         return False
@@ -116,7 +149,7 @@ def wants_few_query_attention(model) -> bool:
         param = next(model.parameters())
     except StopIteration:
         return False
-    return param.device.type == "cpu" and param.dtype in DTYPES
+    return param.device.type == "cpu"
 
 
 def use_few_query_attention(model):

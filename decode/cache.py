@@ -138,7 +138,9 @@ class RaggedCacheLM:
             self._cache_kw: self.cache,
             "use_cache": True,
         }
-        if last_only and self._has_logits_to_keep:
+        # Only the last row's logits: lm_head skips the others, unless the features are read at its input
+        if last_only and self._has_logits_to_keep and not (want_features and self.taps is not None
+                                                           and self.taps.reads_lm_head_input):
             kwargs["logits_to_keep"] = 1
         out, features = self._call(kwargs, want_features)
         self._physical += t

@@ -102,12 +102,17 @@ class Rows:
 def prefill_pending(runner, drafter, input_ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Cache every prompt token but the last, which stays pending (the cache convention), and begin the
     drafter from the prompt (with the target's features of it, when it taps them). Returns the pending
-    token ``[B]``."""
+    token ``[B]``.
+
+    No logits of the prompt are used (its last token is fed in the first round), so the LM head runs on one row
+    only (``last_only``) unless the drafter taps the final-normed state at the LM head's input (layer id ``L``).
+    Every row's logits cost ``prompt x hidden x vocab`` multiply-adds: on SmolLM2 ~20% of a prefill's work
+    (BENCHMARKS.md, "The verification's kv copy")."""
     runner.reset(input_ids.shape[0])
     features = None
     if input_ids.shape[1] > 1:
         tapped = drafter.feature_layer_ids is not None
-        out = runner.forward(input_ids[:, :-1], valid[:, :-1], last_only=not tapped, want_features=tapped)
+        out = runner.forward(input_ids[:, :-1], valid[:, :-1], last_only=True, want_features=tapped)
         features = out.features
     drafter.begin(input_ids, valid, features)
     return input_ids[:, -1]

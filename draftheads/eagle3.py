@@ -87,7 +87,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         # matmuls here (BENCHMARKS.md, "The draft step's attention"), and the kv heads are not copied.
         return grouped_attention(q, k, v, mask).reshape(b, 1, heads * d)
     if diag_k is None:
-        if groups > 1:
+        if groups > 1 and q.device.type == "cpu":  # the CPU kernels read kv head j // groups in place: no copy
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            return out.transpose(1, 2).reshape(b, tq, heads * d)
+        if groups > 1:  # elsewhere enable_gqa with a mask leaves the fused kernels: repeat the kv heads
             k = k[:, :, None].expand(b, kv_heads, groups, *k.shape[2:]).reshape(b, heads, *k.shape[2:])
             v = v[:, :, None].expand(b, kv_heads, groups, *v.shape[2:]).reshape(b, heads, *v.shape[2:])
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -105,6 +105,12 @@ class FeatureTaps:
         self.layer_ids = ids
         self.capture_final = capture_final
 
+    @property
+    def reads_lm_head_input(self) -> bool:
+        """Whether a capture records the final-normed state at ``lm_head``'s input: then every row must reach
+        ``lm_head`` (no ``logits_to_keep``) for the features to cover every position."""
+        return self.capture_final or len(self.layers) in self.layer_ids
+
     @contextmanager
     def capture(self):
         n = len(self.layers)
@@ -121,7 +127,7 @@ class FeatureTaps:
             for i in sorted(set(self.layer_ids)):
                 if i < n:  # input of layer i == output_hidden_states[i]
                     handles.append(self.layers[i].register_forward_pre_hook(pre_hook(i), with_kwargs=True))
-            if self.capture_final or n in self.layer_ids:
+            if self.reads_lm_head_input:
                 # output_hidden_states[L] is the final-normed state, i.e. the input of lm_head.
                 def final_hook(module, args):
                     cap.set_final(args[0])

@@ -4,7 +4,7 @@ Usage::
 
     python -m eaglehead.eval.bench_context [--target builtin:smollm2-135m-instruct] [--draft DIR]
         [--dtype float32] [--contexts 256,1024,2048,4096,7168] [--gammas 3,5] [--threads 2] [--repeats 20]
-        [--attention-queries 1,4,8,16,32] [--attention sdpa,eaglehead_few_query_sdpa]
+        [--attention-queries 1,4,8,16,32] [--attention-batch 1] [--attention sdpa,eaglehead_few_query_sdpa]
 
 Side by side in one process, medians over ``--repeats`` after warm-up, batch 1, with a ``context``-token prefix
 cached in the target and in the head (packed linear layers, as ``eaglehead eval`` runs them by default): one target
@@ -17,10 +17,13 @@ length (``eaglehead eval --prompts long-context``): below it, speculation loses 
 
 Beside the decode step, the share of it that is attention: one query over ``context`` keys in every layer, through
 transformers' ``sdpa`` attention and through the grouped matmuls of :mod:`eaglehead.builtin.attention` (the same
-attention, float32 softmax), and a second table of both paths at ``--attention-queries`` query counts. In
-bfloat16 on a CPU, SDPA's kernel is several times slower at a few queries (BENCHMARKS.md, "Round cost against
-context length"), which made a plain bfloat16 decode step dearer than a verification of four tokens at long
-contexts; a half-precision target eaglehead loads now runs the grouped path up to ``MAX_QUERIES`` queries.
+attention, float32 softmax), and a second table at ``--attention-queries`` query counts (``--attention-batch`` rows,
+left-padded) of three paths: SDPA as transformers calls it (``repeat_kv`` first, for more than one query under a
+mask), SDPA with ``enable_gqa`` on the kv heads in place, and the grouped matmuls. In bfloat16 on a CPU, SDPA's
+kernel is several times slower at a few queries (BENCHMARKS.md, "Round cost against context length"); and the kv
+copy made a float32 verification at batch 4 over 4k tokens cost 1.1 s (BENCHMARKS.md, "The verification's kv
+copy"). A target eaglehead loads on a CPU runs :data:`~eaglehead.builtin.attention.NAME`: the grouped path for up
+to ``MAX_QUERIES`` half-precision queries, SDPA with ``enable_gqa`` for other masked calls of several queries.
 ``--attention sdpa,eaglehead_few_query_sdpa,sdpa`` times the rounds once per named implementation, in that order
 (the target switched in place): the tables side by side are the kernel's effect, the repeat a drift check.
 
@@ -69,39 +72,45 @@ def head_step_s(drafter, context: int, repeats: int) -> float:
         return seconds
 
 
-def attention_paths(config, dtype: torch.dtype, context: int, queries: int = 1):
-    """Two callables computing the attention of ``queries`` new tokens over ``context`` random cached keys plus
+PATHS = ("sdpa", "gqa", "grouped")
+
+
+def attention_paths(config, dtype: torch.dtype, context: int, queries: int = 1, batch: int = 1) -> dict:
+    """Callables computing the attention of ``queries`` new tokens over ``context`` random cached keys plus
     themselves in one of the target's layers (its head shape, grouped-query, the additive causal mask the decode
-    loop passes), each returning ``[1, queries, heads, d]``: ``sdpa``, transformers' ``sdpa_attention_forward``
-    as the plain ``sdpa`` target runs it, and ``grouped``, :func:`eaglehead.builtin.attention.grouped_attention`
-    (what a loaded half-precision target runs on a CPU up to ``MAX_QUERIES`` queries)."""
+    loop passes; at ``batch`` > 1 row ``b`` also masks ``11 b`` keys of left padding), each returning
+    ``[batch, queries, heads, d]``, by :data:`PATHS`: ``sdpa``, transformers' ``sdpa_attention_forward`` as the
+    plain ``sdpa`` target runs it (``repeat_kv`` first for more than one query); ``gqa``,
+    :func:`eaglehead.builtin.attention.gqa_sdpa` (the same kernel on the kv heads in place: what a loaded target
+    runs on a CPU for a masked call of several queries); ``grouped``,
+    :func:`eaglehead.builtin.attention.grouped_attention` (what a loaded half-precision target runs on a CPU up to
+    ``MAX_QUERIES`` queries)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     t = target_dims(getattr(config, "text_config", None) or config)
     heads, kv, d = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
     g = torch.Generator().manual_seed(3)
-    q = torch.randn(1, heads, queries, d, generator=g).to(dtype)
-    k, v = (torch.randn(1, kv, context + queries, d, generator=g).to(dtype) for _ in range(2))
+    q = torch.randn(batch, heads, queries, d, generator=g).to(dtype)
+    k, v = (torch.randn(batch, kv, context + queries, d, generator=g).to(dtype) for _ in range(2))
     keys = torch.arange(context + queries)
     allowed = keys[None, :] <= context + torch.arange(queries)[:, None]  # the cache, then causal in the block
-    mask = torch.zeros(1, 1, queries, context + queries, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    pad = (11 * torch.arange(batch)).clamp_max(context - 1)  # row b: its first 11 b keys are padding
+    allowed = allowed[None] & (keys[None, None, :] >= pad[:, None, None])  # [batch, queries, keys]
+    mask = torch.zeros(batch, 1, queries, context + queries, dtype=dtype).masked_fill(~allowed[:, None],
+                                                                                      torch.finfo(dtype).min)
     module = SimpleNamespace(num_key_value_groups=heads // kv, is_causal=True)
-
-    def sdpa():
-        return sdpa_attention_forward(module, q, k, v, mask)[0]
-
-    def grouped():
-        return few_query.grouped_attention(q, k, v, mask)
-
-    return sdpa, grouped
+    return {"sdpa": lambda: sdpa_attention_forward(module, q, k, v, mask)[0],
+            "gqa": lambda: few_query.gqa_sdpa(q, k, v, mask),
+            "grouped": lambda: few_query.grouped_attention(q, k, v, mask)}
 
 
-def attention_s(config, dtype: torch.dtype, context: int, repeats: int, queries: int = 1) -> dict[str, float]:
-    """Seconds of :func:`attention_paths`' two paths over all of the target's layers."""
+def attention_s(config, dtype: torch.dtype, context: int, repeats: int, queries: int = 1,
+                batch: int = 1) -> dict[str, float]:
+    """Seconds of each of :func:`attention_paths`' paths over all of the target's layers."""
     layers = target_dims(getattr(config, "text_config", None) or config)["num_hidden_layers"]
-    sdpa, grouped = attention_paths(config, dtype, context, queries)
+    paths = attention_paths(config, dtype, context, queries, batch)
     with torch.inference_mode():
-        return {"sdpa": layers * median_ms(sdpa, repeats) / 1e3, "grouped": layers * median_ms(grouped, repeats) / 1e3}
+        return {name: layers * median_ms(fn, repeats) / 1e3 for name, fn in paths.items()}
 
 
 def context_costs(model, drafter, contexts: list[int], gammas: list[int], repeats: int) -> list[dict]:
@@ -137,16 +146,18 @@ def format_table(rows: list[dict], gammas: list[int]) -> str:
     return "\n".join(lines)
 
 
-def attention_rows(config, dtype: torch.dtype, contexts: list[int], queries: list[int], repeats: int) -> list[dict]:
-    """Per context and query count, seconds of both attention paths over all layers (:func:`attention_s`)."""
-    return [{"context": n, "queries": t, **attention_s(config, dtype, n, repeats, t)} for n in contexts for t in queries]
+def attention_rows(config, dtype: torch.dtype, contexts: list[int], queries: list[int], repeats: int,
+                   batch: int = 1) -> list[dict]:
+    """Per context and query count, seconds of every attention path over all layers (:func:`attention_s`)."""
+    return [{"context": n, "queries": t, **attention_s(config, dtype, n, repeats, t, batch)}
+            for n in contexts for t in queries]
 
 
 def format_attention_table(rows: list[dict]) -> str:
-    lines = ["context  queries  SDPA ms (all layers)  grouped ms  SDPA / grouped"]
+    lines = ["context  queries  SDPA ms (all layers)  SDPA enable_gqa ms  grouped ms  SDPA / gqa  SDPA / grouped"]
     for r in rows:
-        lines.append(f"{r['context']:>7}  {r['queries']:>7}  {r['sdpa'] * 1e3:>20.2f}  {r['grouped'] * 1e3:>10.2f}  "
-                     f"{r['sdpa'] / r['grouped']:>14.2f}")
+        lines.append(f"{r['context']:>7}  {r['queries']:>7}  {r['sdpa'] * 1e3:>20.2f}  {r['gqa'] * 1e3:>18.2f}  "
+                     f"{r['grouped'] * 1e3:>10.2f}  {r['sdpa'] / r['gqa']:>10.2f}  {r['sdpa'] / r['grouped']:>14.2f}")
     return "\n".join(lines)
 
 
@@ -161,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--attention-queries", default="1,4,8,16,32",
-                    help="query counts of the attention table (SDPA against grouped matmuls; '' to skip it)")
+                    help="query counts of the attention table (SDPA as transformers calls it, SDPA with enable_gqa, "
+                         "grouped matmuls; '' to skip it)")
+    ap.add_argument("--attention-batch", type=int, default=1,
+                    help="rows of the attention table's calls (left-padded, so every call carries a mask)")
     ap.add_argument("--attention", default=None,
                     help="attention implementations to time the rounds with, in this order (e.g. "
                          "'sdpa,eaglehead_few_query_sdpa,sdpa'; default: the one the loaded target runs)")
@@ -182,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     if min(contexts) < 2 or min(gammas) < 1 or min(queries, default=1) < 1:
         ap.error("--contexts: every context needs >= 2 tokens; --gammas: every gamma >= 1; "
                  "--attention-queries: every count >= 1")
+    if args.attention_batch < 1:
+        ap.error(f"--attention-batch: expected an integer >= 1, got {args.attention_batch}")
     if args.threads:
         torch.set_num_threads(args.threads)
     from eaglehead.decode.eagle import load_eagle_drafter
@@ -208,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ntarget attention: {impl}")
         print(format_table(context_costs(model, drafter, contexts, gammas, args.repeats), gammas))
     if queries:
-        print("\nattention of a few queries over the cache, one layer's shape times the layers (additive mask):")
+        print(f"\nattention of a few queries over the cache, one layer's shape times the layers (additive mask, "
+              f"batch {args.attention_batch}):")
         print(format_attention_table(attention_rows(model.config, next(model.parameters()).dtype, contexts, queries,
-                                                    args.repeats)))
+                                                    args.repeats, args.attention_batch)))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""builtin.attention: the target's few-query attention on a CPU in half precision.
+"""builtin.attention: the target's attention on a CPU (grouped matmuls in half precision, SDPA without kv copies).
 
 - The grouped path equals a float64 reference of masked attention (bool and additive masks, a mask per head
   or shared, 1 to 64 queries, grouped-query 1:1 and 3:1) within bfloat16 tolerance: atol 4e-2 on outputs up to
@@ -6,10 +6,15 @@
   roundings add 2^-9 of |v| and |out|), and float16 (8x finer) within 6e-3;
   and it equals transformers' own ``eager`` attention on the same bfloat16 inputs to 1e-2 (same numerics,
   no repeated kv heads). A fully masked row is finite (uniform weights, as ``eager``), not NaN.
-- Dispatch: float32, more than 64 queries, no mask over several queries, softcap, sinks, dropout go to
-  transformers' SDPA with the call's arguments; the rest never reach SDPA.
+- The enable_gqa path equals transformers' ``sdpa`` (which copies the kv heads with ``repeat_kv``) to the bit:
+  float32, float64, and bfloat16 past 64 queries; bool, additive and per-head masks; 2 to 128 queries.
+- Dispatch: half precision up to 64 masked queries (or one unmasked) takes the grouped path; a masked call of
+  several queries on a grouped-query layer otherwise takes SDPA with enable_gqa (float32, more than 64 queries,
+  dropout); one float32 query, no mask, a 1:1 layer, softcap and sinks go to transformers' SDPA with the call's
+  arguments. Each call reaches exactly one path.
 - A bfloat16 target loaded through ``load_causal_lm`` runs it and its logits equal the ``sdpa`` model's (atol
-  bf16); a float32 target keeps ``sdpa``; a model that is moved to float32 after the switch falls back per call.
+  bf16); a float32 target runs it too (the enable_gqa path, its logits equal to the ``sdpa`` model's to the
+  bit); a model that is moved to float32 after the switch leaves the grouped path per call.
 
 The families (mask dicts, sliding windows, ragged caches, trees) are covered in tests/decode/test_families.py
 with the grouped path forced in float32.
@@ -22,7 +27,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from eaglehead.builtin import attention
-from eaglehead.builtin.attention import NAME, few_query_attention, grouped_attention, use_few_query_attention
+from eaglehead.builtin.attention import NAME, few_query_attention, gqa_sdpa, grouped_attention, use_few_query_attention
 
 
 def _inputs(b, heads, kv, tq, tk, d=16, dtype=torch.bfloat16, seed=0):
@@ -88,21 +93,43 @@ class _Module(torch.nn.Module):
     is_causal = True
 
 
+class _Module3(torch.nn.Module):
+    num_key_value_groups = 3
+    is_causal = True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("tq", [2, 4, 128])
+@pytest.mark.parametrize("kind", ["bool", "additive", "per-head"])
+def test_gqa_path_equals_transformers_sdpa_to_the_bit(dtype, tq, kind):
+    if dtype == torch.bfloat16 and tq <= attention.MAX_QUERIES:
+        tq += attention.MAX_QUERIES  # fewer bfloat16 queries take the grouped path
+    q, k, v, allowed = _inputs(3, 9, 3, tq, tq + 90, d=32, dtype=dtype)
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    mask = allowed.expand(-1, 9, -1, -1) if kind == "per-head" else allowed
+    if kind == "additive":
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    assert attention.takes_gqa_sdpa(_Module3(), q, k, mask)
+    got, _ = few_query_attention(_Module3(), q, k, v, mask, scaling=0.2)
+    want, _ = sdpa_attention_forward(_Module3(), q, k, v, mask, scaling=0.2)  # repeat_kv, then the same kernel
+    assert got.shape == want.shape == (3, tq, 9, 32) and got.dtype == dtype
+    assert torch.equal(got, want)
+
+
 @pytest.fixture
 def calls(monkeypatch):
-    seen = {"grouped": 0, "sdpa": 0}
+    seen = {"grouped": 0, "gqa": 0, "sdpa": 0}
 
-    def spy_grouped(*a, **k):
-        seen["grouped"] += 1
-        return real_grouped(*a, **k)
+    def spy(name, real):
+        def counted(*a, **k):
+            seen[name] += 1
+            return real(*a, **k)
+        return counted
 
-    def spy_sdpa(*a, **k):
-        seen["sdpa"] += 1
-        return sdpa_attention_forward(*a, **k)
-
-    real_grouped = attention.grouped_attention
-    monkeypatch.setattr(attention, "grouped_attention", spy_grouped)
-    monkeypatch.setattr("transformers.integrations.sdpa_attention.sdpa_attention_forward", spy_sdpa)
+    monkeypatch.setattr(attention, "grouped_attention", spy("grouped", attention.grouped_attention))
+    monkeypatch.setattr(attention, "gqa_sdpa", spy("gqa", gqa_sdpa))
+    monkeypatch.setattr("transformers.integrations.sdpa_attention.sdpa_attention_forward",
+                        spy("sdpa", sdpa_attention_forward))
     return seen
 
 
@@ -110,24 +137,33 @@ BF16, FP16 = torch.bfloat16, torch.float16
 NONE = {}
 
 
+FP32 = torch.float32
+
+
 @pytest.mark.parametrize("dtype,tq,masked,kwargs,path", [
     (BF16, 4, True, NONE, "grouped"), (FP16, 1, False, NONE, "grouped"), (BF16, 64, True, NONE, "grouped"),
-    (torch.float32, 4, True, NONE, "sdpa"), (BF16, 65, True, NONE, "sdpa"), (BF16, 4, False, NONE, "sdpa"),
-    (BF16, 4, True, {"softcap": 30.0}, "sdpa"), (BF16, 4, True, {"s_aux": torch.zeros(4)}, "sdpa"),
-    (BF16, 4, True, {"dropout": 0.1}, "sdpa")])
+    (FP32, 4, True, NONE, "gqa"), (FP32, 2, True, NONE, "gqa"), (BF16, 65, True, NONE, "gqa"),
+    (BF16, 4, True, {"dropout": 0.1}, "gqa"), (FP32, 1, True, NONE, "sdpa"), (FP32, 4, False, NONE, "sdpa"),
+    (BF16, 4, False, NONE, "sdpa"), (BF16, 4, True, {"softcap": 30.0}, "sdpa"),
+    (FP32, 4, True, {"s_aux": torch.zeros(4)}, "sdpa"), (FP32, 4, True, {"one_to_one": True}, "sdpa")])
 def test_dispatch(calls, dtype, tq, masked, kwargs, path):
     q, k, v, allowed = _inputs(1, 4, 2, tq, 20)
+    module = _Module()
+    if kwargs.pop("one_to_one", False):  # a layer without grouped queries: nothing to copy, SDPA as it comes
+        module.num_key_value_groups = 1
+        k, v = (t.repeat_interleave(2, 1) for t in (k, v))
     try:
-        out, _ = few_query_attention(_Module(), q.to(dtype), k.to(dtype), v.to(dtype), allowed if masked else None,
+        out, _ = few_query_attention(module, q.to(dtype), k.to(dtype), v.to(dtype), allowed if masked else None,
                                      **kwargs)
     except ValueError as err:  # SDPA refuses softcap itself
         assert "softcap" in kwargs and "softcap" in str(err)
     else:
         assert out.shape == (1, tq, 4, 16) and out.dtype == dtype
-    assert calls == {"grouped": int(path == "grouped"), "sdpa": int(path == "sdpa")}
+    assert calls == {name: int(path == name) for name in ("grouped", "gqa", "sdpa")}
 
 
-def test_a_half_precision_target_runs_it_and_matches_sdpa(tmp_path, calls):
+def _saved_llama(path, dtype: str):
+    """(loaded through load_causal_lm, loaded plainly as ``sdpa``, config) of a tiny grouped-query Llama (6:2)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from eaglehead.builtin.models import load_causal_lm
@@ -135,25 +171,45 @@ def test_a_half_precision_target_runs_it_and_matches_sdpa(tmp_path, calls):
     cfg = LlamaConfig(vocab_size=128, hidden_size=96, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
-    assert load_causal_lm(str(tmp_path), dtype="float32").config._attn_implementation == "sdpa"
-    model = load_causal_lm(str(tmp_path), dtype="bfloat16")
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    plain = LlamaForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    return load_causal_lm(str(path), dtype=dtype), plain, cfg
+
+
+def test_a_half_precision_target_runs_it_and_matches_sdpa(tmp_path, calls):
+    model, plain, cfg = _saved_llama(tmp_path, "bfloat16")
     assert model.config._attn_implementation == NAME
-    plain = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
     assert plain.config._attn_implementation == "sdpa"
     ids = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         pre = model(ids[:, :36], use_cache=True)  # prefill, no mask: SDPA's causal kernel
-        calls.update(grouped=0, sdpa=0)
+        calls.update(grouped=0, gqa=0, sdpa=0)
         step = model(ids[:, 36:], cache=pre.past_key_values).logits  # 4 queries: grouped
-        assert calls["grouped"] == cfg.num_hidden_layers and calls["sdpa"] == 0
+        assert calls == {"grouped": cfg.num_hidden_layers, "gqa": 0, "sdpa": 0}
         want = plain(ids).logits[:, 36:]
     torch.testing.assert_close(step.float(), want.float(), atol=5e-2, rtol=0)
     model.float()  # moved to float32 after the switch: every call goes to SDPA again
-    calls.update(grouped=0, sdpa=0)
+    calls.update(grouped=0, gqa=0, sdpa=0)
     with torch.no_grad():
         model(ids[:, :4])
-    assert calls["grouped"] == 0 and calls["sdpa"] == cfg.num_hidden_layers
+    assert calls == {"grouped": 0, "gqa": 0, "sdpa": cfg.num_hidden_layers}
+
+
+def test_a_float32_target_runs_it_and_equals_sdpa_to_the_bit(tmp_path, calls):
+    """A float32 target's masked verification takes SDPA with enable_gqa: the same logits as ``sdpa``, no kv copy."""
+    model, plain, cfg = _saved_llama(tmp_path, "float32")
+    assert model.config._attn_implementation == NAME
+    ids = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # a left-padded row: every call carries a mask
+    with torch.no_grad():
+        got, want = (m(ids[:, :36], attention_mask=mask[:, :36], use_cache=True) for m in (model, plain))
+        assert calls["gqa"] == cfg.num_hidden_layers  # the prefill, masked, on the kv heads in place
+        calls.update(grouped=0, gqa=0, sdpa=0)
+        step = model(ids[:, 36:], attention_mask=mask, cache=got.past_key_values).logits
+        assert calls == {"grouped": 0, "gqa": cfg.num_hidden_layers, "sdpa": 0}
+        ref = plain(ids[:, 36:], attention_mask=mask, cache=want.past_key_values).logits
+    assert torch.equal(got.logits, want.logits) and torch.equal(step, ref)
 
 
 def test_models_it_does_not_apply_to_are_left_alone():
@@ -161,5 +217,5 @@ def test_models_it_does_not_apply_to_are_left_alone():
 
     eager = tiny_family("gemma2", dtype=torch.bfloat16)  # transformers: eager only
     assert use_few_query_attention(eager).config._attn_implementation == "eager"
-    fp32 = tiny_family("llama")
-    assert use_few_query_attention(fp32).config._attn_implementation == "sdpa"
+    moved = tiny_family("llama").to("meta")  # not on a CPU
+    assert use_few_query_attention(moved).config._attn_implementation == "sdpa"

@@ -143,3 +143,30 @@ def test_greedy_fast_path_equals_general_sampling_path(target, bsz):
     assert torch.equal(outs[0][0], outs[1][0])
     assert torch.equal(outs[0][1], outs[1][1])
     assert torch.equal(outs[0][1].argmax(-1), outs[0][0])
+
+
+@pytest.mark.parametrize("final_tapped", [False, True])
+def test_prefill_runs_the_lm_head_on_one_row_unless_the_head_taps_its_input(target, final_tapped):
+    """The prompt's logits are never used (its last token is pending), so the prefill's LM head sees one row a
+    sequence, while the features cover every prompt position; a drafter tapping layer id L (the LM head's input)
+    gets every row through it, and its features are the same as from a full forward."""
+    from eaglehead.decode.loop import prefill_pending
+
+    layers = target.config.num_hidden_layers
+    ids = [1, 2, layers] if final_tapped else [1, 2, 3]
+    head = make_head(target, fused_layer_ids=ids)
+    x, mask = _batch(2)
+    rows = []
+    hook = target.get_output_embeddings().register_forward_pre_hook(lambda m, a: rows.append(a[0].shape[1]))
+    try:
+        drafter = Eagle3Drafter(head, target)
+        prefill_pending(RaggedCacheLM(target, ids), drafter, x, mask.bool())
+    finally:
+        hook.remove()
+    assert rows == [x.shape[1] - 1 if final_tapped else 1]
+    feats = drafter._pending[0]
+    assert feats.shape == (2, x.shape[1] - 1, 3 * target.config.hidden_size)
+    ref = RaggedCacheLM(target, ids)
+    ref.reset(2)
+    want = ref.forward(x[:, :-1], mask[:, :-1].bool(), want_features=True).features  # every row's logits
+    torch.testing.assert_close(feats, want, atol=1e-6, rtol=0)

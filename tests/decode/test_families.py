@@ -8,8 +8,9 @@ counts, so the cache has holes). Cache rollback after first-position rejection, 
 acceptance gives the next logits of a fresh forward (float32, atol 1e-4: one-pass vs incremental attention
 sums over <= 60 keys). Negative controls: a sliding mask by cache slot, or no window on the sliding layers,
 breaks that equality. Flash attention (and sdpa on GPT-OSS, which would drop its sinks) is refused by name.
-The same checks run on builtin.attention's few-query kernel (one family per mask layout), its grouped path
-forced in float32 and counted, so decode steps, chain verifications and trees are shown to go through it.
+The same checks run on builtin.attention's kernel (one family per mask layout) twice: its grouped path forced in
+float32 and counted, so decode steps, chain verifications and trees are shown to go through it; and as a float32
+target runs it, where every masked call of several queries takes SDPA with enable_gqa (counted the same way).
 
 Run: ``python -m pytest tests/decode/test_families.py -q --durations=5``
 """
@@ -47,12 +48,14 @@ OTHER_IMPL = {"gemma3": "eager", "mistral": "eager", "qwen2-sliding": "eager"}
 # tolerances stay tight, on one family per mask layout: one tensor (llama), one sliding tensor (mistral), the
 # per-type dict (gemma3, qwen2-sliding).
 FEW_QUERY_FAMILIES = ("llama", "mistral", "gemma3", "qwen2-sliding")
+# The same kernel as a float32 target runs it: its enable_gqa path (masked calls of several queries).
+GQA = "eaglehead_few_query_sdpa (float32: enable_gqa)"
 CASES = ([(f, None) for f in FAMILIES] + [(f, i) for f, i in OTHER_IMPL.items()]
-         + [(f, FEW_QUERY) for f in FEW_QUERY_FAMILIES])
+         + [(f, FEW_QUERY) for f in FEW_QUERY_FAMILIES] + [(f, GQA) for f in FEW_QUERY_FAMILIES])
 
 
 def _model(family: str, impl: str | None, seed: int = 0):
-    if impl == FEW_QUERY:
+    if impl in (FEW_QUERY, GQA):
         attention.register()
         model = tiny_family(family, seed)
         model.set_attn_implementation(FEW_QUERY)
@@ -72,6 +75,20 @@ def grouped_calls(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(attention, "grouped_attention", counted)
+    return seen
+
+
+@pytest.fixture
+def gqa_calls(monkeypatch):
+    """Queries per call of the kernel's enable_gqa path (float32 as it comes: the grouped path serves half
+    precision only)."""
+    real, seen = attention.gqa_sdpa, []
+
+    def counted(*args, **kwargs):
+        seen.append(args[0].shape[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "gqa_sdpa", counted)
     return seen
 
 
@@ -114,7 +131,8 @@ class OracleChainDrafter:
 
 @pytest.mark.parametrize("family,impl", CASES)
 def test_greedy_chain_and_tree_equal_vanilla_and_the_no_cache_reference(family, impl, request):
-    seen = request.getfixturevalue("grouped_calls") if impl == FEW_QUERY else None
+    seen = request.getfixturevalue({FEW_QUERY: "grouped_calls", GQA: "gqa_calls"}[impl]) \
+        if impl in (FEW_QUERY, GQA) else None
     model = _model(family, impl)
     rows, x, mask = _prompts()
     truth = []
@@ -141,8 +159,10 @@ def test_greedy_chain_and_tree_equal_vanilla_and_the_no_cache_reference(family, 
     assert len({a for r in tree.rounds for a in r.accepted}) >= 3  # rows accept different depths
     assert speculative_generate(model, Eagle3Drafter(head, model), x, gamma=3, sampling=GREEDY, max_new_tokens=NEW,
                                 attention_mask=mask).tokens == truth
-    if seen is not None:  # decode steps (1 query), chain verifications (4) and trees (9) ran the grouped path
+    if impl == FEW_QUERY:  # decode steps (1 query), chain verifications (4) and trees (9) ran the grouped path
         assert {1, 4, 9} <= set(seen), sorted(set(seen))
+    if impl == GQA:  # the padded prefill and the trees (9 queries), chain verifications (4) ran SDPA on the kv heads
+        assert {4, 9} <= set(seen) and 1 not in seen, sorted(set(seen))
 
 
 def _fresh_next_logits(model, seq: list[int]) -> torch.Tensor:
@@ -197,6 +217,12 @@ def test_rollback_equals_a_recompute_past_the_window(family):
 def test_rollback_equals_a_recompute_on_the_few_query_kernel(family, grouped_calls):
     assert _drive_rounds(_model(family, FEW_QUERY, seed=1)) < TOL["atol"]
     assert {1, 4, 7} <= set(grouped_calls)  # steps, chain rounds and tree rounds (root + 6 nodes)
+
+
+@pytest.mark.parametrize("family", ("mistral", "gemma3"))
+def test_rollback_equals_a_recompute_on_the_gqa_path(family, gqa_calls):
+    assert _drive_rounds(_model(family, GQA, seed=1)) < TOL["atol"]
+    assert {4, 7} <= set(gqa_calls) and 1 not in gqa_calls  # chain and tree rounds; one query stays with SDPA
 
 
 def test_negative_controls_slot_positions_or_no_window_diverge(monkeypatch):

@@ -102,16 +102,19 @@ def test_context_benchmark_times_each_part_at_each_context(capsys):
         for g in (2, 3):
             assert r[f"round_steps_{g}"] == pytest.approx((r[f"verify_{g + 1}_s"] + g * r["head_step_s"])
                                                           / r["token_s"])
-    # the two timed attention paths compute the same thing (float32 reference; bfloat16 within its rounding)
-    for queries in (1, 4):
-        ref, _ = bench_context.attention_paths(model.config, torch.float32, 300, queries)
+    # the timed attention paths compute the same thing (float32 reference; bfloat16 within its rounding)
+    for queries, batch in ((1, 1), (4, 1), (4, 3)):
+        ref = bench_context.attention_paths(model.config, torch.float32, 300, queries, batch)["sdpa"]()
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
-            sdpa, grouped = bench_context.attention_paths(model.config, dtype, 300, queries)
-            assert sdpa().shape == (1, queries, 4, 8)
-            torch.testing.assert_close(grouped().float(), ref().float(), atol=tol, rtol=tol)
-            torch.testing.assert_close(sdpa().float(), ref().float(), atol=tol, rtol=tol)
-    att = bench_context.attention_rows(model.config, torch.float32, [8, 40], [1, 3], repeats=2)
+            paths = bench_context.attention_paths(model.config, dtype, 300, queries, batch)
+            assert set(paths) == set(bench_context.PATHS)
+            for name, fn in paths.items():
+                out = fn()
+                assert out.shape == (batch, queries, 4, 8), name
+                torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+    att = bench_context.attention_rows(model.config, torch.float32, [8, 40], [1, 3], repeats=2, batch=2)
     assert [(r["context"], r["queries"]) for r in att] == [(8, 1), (8, 3), (40, 1), (40, 3)]
+    assert all(r[name] > 0 for r in att for name in bench_context.PATHS)
     assert len(bench_context.format_attention_table(att).splitlines()) == 5
     table = bench_context.format_table(rows, [2, 3]).splitlines()
     assert len(table) == 3 and "gamma 3: break-even tau" in table[0]
