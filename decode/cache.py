@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from eaglehead.builtin.kvcache import GrowingCache, cache_keyword
+from eaglehead.builtin.kvcache import GrowingCache, GrowingLayer, cache_keyword
 from eaglehead.draftheads.taps import FeatureTaps
 
 from .attention_layout import AttentionLayout, check_maskable, slot_positions
@@ -33,6 +33,19 @@ from .attention_layout import AttentionLayout, check_maskable, slot_positions
 class ForwardOut:
     logits: torch.Tensor  # [B, T, V] (T = 1 when only the last row was asked for)
     features: torch.Tensor | None = None  # [B, T, k * H] fused tapped hidden states, if tapped
+
+
+# A padded prompt block of at least this many positions on an empty cache is fed one row at a time
+# (RaggedCacheLM._prefill_by_row); shorter blocks go in one masked call.
+BY_ROW_MIN_TOKENS = 256
+
+
+def _right_aligned(rows: list[torch.Tensor], t: int) -> torch.Tensor:
+    """``[B, t, ...]`` from per-row ``[1, n_b, ...]`` tensors, each row's entries at the end, zeros before."""
+    out = rows[0].new_zeros(len(rows), t, *rows[0].shape[2:])
+    for b, r in enumerate(rows):
+        out[b, t - r.shape[1]:] = r[0]
+    return out
 
 
 class RaggedCacheLM:
@@ -112,6 +125,8 @@ class RaggedCacheLM:
         bsz, t = tokens.shape
         if new_valid is not None and self._valid is None and bool(new_valid.all()):
             new_valid = None  # no padding (a one-off sync per prompt): stay on the hole-free path
+        if new_valid is not None and self._by_row(new_valid):
+            return self._prefill_by_row(tokens, new_valid, last_only, want_features)
         if new_valid is None and self._valid is None:
             positions = torch.arange(self._physical, self._physical + t, device=tokens.device).expand(bsz, t)
             # All ones: pass None so attention can use its causal fast path (on sliding layers transformers'
@@ -138,15 +153,66 @@ class RaggedCacheLM:
             self._cache_kw: self.cache,
             "use_cache": True,
         }
-        # Only the last row's logits: lm_head skips the others, unless the features are read at its input
-        if last_only and self._has_logits_to_keep and not (want_features and self.taps is not None
-                                                           and self.taps.reads_lm_head_input):
+        if self._skips_logits(last_only, want_features):
             kwargs["logits_to_keep"] = 1
         out, features = self._call(kwargs, want_features)
         self._physical += t
         logits = out.logits
         if last_only:
             logits = logits[:, -1:]
+        return ForwardOut(logits=logits, features=features)
+
+    def _skips_logits(self, last_only: bool, want_features: bool) -> bool:
+        """Whether the LM head runs on the last row only (``logits_to_keep=1``): when only it is asked for, unless
+        the features are read at the LM head's input (a tapped layer id L)."""
+        tapped_final = want_features and self.taps is not None and self.taps.reads_lm_head_input
+        return last_only and self._has_logits_to_keep and not tapped_final
+
+    def _by_row(self, new_valid: torch.Tensor) -> bool:
+        """Whether a padded block goes in one row at a time (:meth:`_prefill_by_row`): the first block on an empty
+        cache, of at least :data:`BY_ROW_MIN_TOKENS` positions, every row left-padded and non-empty, every cache
+        layer one that :meth:`_prefill_by_row` can fill."""
+        bsz, t = new_valid.shape
+        if self._physical or self._valid is not None or bsz < 2 or t < BY_ROW_MIN_TOKENS:
+            return False
+        if not all(type(layer) is GrowingLayer for layer in self.cache.layers) or not self.cache.layers:
+            return False
+        lengths = new_valid.long().sum(-1)
+        suffix = torch.arange(t, device=new_valid.device)[None, :] >= (t - lengths)[:, None]
+        return bool(lengths.min() > 0) and bool(torch.equal(suffix, new_valid))
+
+    def _prefill_by_row(self, tokens: torch.Tensor, new_valid: torch.Tensor, last_only: bool,
+                        want_features: bool) -> ForwardOut:
+        """A left-padded prompt block on an empty cache, one row at a time without its padding.
+
+        Each row is an unmasked batch-1 forward (SDPA's causal kernel: about half the attention work of the
+        masked batched call, and none on padding), computed exactly as that row alone at batch 1 is. Its keys
+        and values go right-aligned into the batch's cache, zeros in the padding slots, which become holes (the
+        mask never shows them); logits and features are laid out as the batched call returns them (zeros on
+        padding). A batch of 4 left-padded 4k prompts: BENCHMARKS.md, "The verification's kv copy"."""
+        bsz, t = tokens.shape
+        lengths = new_valid.long().sum(-1).tolist()
+        rows = []
+        for b, n in enumerate(lengths):
+            cache = GrowingCache(config=self.model.config, full_length=True)
+            kwargs = {"input_ids": tokens[b:b + 1, t - n:], "attention_mask": None, self._cache_kw: cache,
+                      "position_ids": torch.arange(n, device=tokens.device)[None], "use_cache": True}
+            if self._skips_logits(last_only, want_features):
+                kwargs["logits_to_keep"] = 1
+            out, features = self._call(kwargs, want_features)
+            rows.append((cache, out.logits[:, -1:] if last_only else out.logits, features))
+        for i, layer in enumerate(rows[0][0].layers):
+            k, v = layer.keys, layer.values
+            keys = k.new_zeros(bsz, k.shape[1], t, k.shape[-1])
+            values = v.new_zeros(bsz, v.shape[1], t, v.shape[-1])
+            for b, (n, (cache, _, _)) in enumerate(zip(lengths, rows)):
+                keys[b, :, t - n:] = cache.layers[i].keys[0]
+                values[b, :, t - n:] = cache.layers[i].values[0]
+            self.cache.update(keys, values, i)
+        self._valid, self._lengths = new_valid.clone(), new_valid.long().sum(-1)
+        self._physical = t
+        logits = torch.cat([r[1] for r in rows]) if last_only else _right_aligned([r[1] for r in rows], t)
+        features = _right_aligned([r[2] for r in rows], t) if rows[0][2] is not None else None
         return ForwardOut(logits=logits, features=features)
 
     def _dtype(self) -> torch.dtype:

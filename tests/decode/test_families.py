@@ -225,6 +225,46 @@ def test_rollback_equals_a_recompute_on_the_gqa_path(family, gqa_calls):
     assert {4, 7} <= set(gqa_calls) and 1 not in gqa_calls  # chain and tree rounds; one query stays with SDPA
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_padded_prefill_by_row_equals_the_masked_batch(family, monkeypatch):
+    """A left-padded prompt block fed one row at a time (RaggedCacheLM._prefill_by_row, taken here from 2 tokens
+    up) leaves the same cache state as the masked batched call: the same validity and lengths, logits and tapped
+    features at every real position, and the logits of the steps and verifications that follow (atol 1e-4); the
+    ragged greedy chain on it equals batch-1 vanilla decoding."""
+    model = tiny_family(family)
+    rows, x, mask = _prompts()
+    taken = []
+    real = RaggedCacheLM._prefill_by_row
+    monkeypatch.setattr(RaggedCacheLM, "_prefill_by_row", lambda self, *a: taken.append(1) or real(self, *a))
+
+    def run(by_row: bool):
+        monkeypatch.setattr(cache_module, "BY_ROW_MIN_TOKENS", 2 if by_row else 10 ** 9)
+        runner = RaggedCacheLM(model, [1, 3])
+        runner.reset(2)
+        outs = [runner.forward(x[:, :-1], mask[:, :-1].bool(), want_features=True)]
+        g = torch.Generator().manual_seed(5)
+        for t in (1, 4, 1, 4):
+            outs.append(runner.forward(torch.randint(3, VOCAB, (2, t), generator=g)))
+            if t == 4:
+                runner.keep_recent(4, [2, 4])  # rows keep different counts: holes after the padding
+        return runner, outs
+
+    (a, by_row), (b, batched) = run(True), run(False)
+    assert len(taken) == 1
+    assert a.physical_length == b.physical_length and torch.equal(a.valid, b.valid)
+    assert torch.equal(a.lengths, b.lengths)
+    real_rows = mask[:, :-1].bool()
+    torch.testing.assert_close(by_row[0].logits[real_rows], batched[0].logits[real_rows], **TOL)
+    torch.testing.assert_close(by_row[0].features[real_rows], batched[0].features[real_rows], **TOL)
+    for got, want in zip(by_row[1:], batched[1:]):
+        torch.testing.assert_close(got.logits, want.logits, **TOL)
+    monkeypatch.setattr(cache_module, "BY_ROW_MIN_TOKENS", 2)
+    truth = [vanilla_generate(model, torch.tensor([r]), sampling=GREEDY, max_new_tokens=NEW).tokens[0] for r in rows]
+    chain = speculative_generate(model, OracleChainDrafter(truth), x, gamma=3, sampling=GREEDY, max_new_tokens=NEW,
+                                 attention_mask=mask)
+    assert chain.tokens == truth and len(taken) == 2
+
+
 def test_negative_controls_slot_positions_or_no_window_diverge(monkeypatch):
     model = tiny_family("gemma3", seed=1)
     no_window = dataclasses.replace(RaggedCacheLM(model).layout, window=10 ** 6)
