@@ -191,7 +191,8 @@ class RaggedCacheLM:
         mask never shows them); logits and features are laid out as the batched call returns them (zeros on
         padding). A batch of 4 left-padded 4k prompts: BENCHMARKS.md, "The verification's kv copy"."""
         bsz, t = tokens.shape
-        lengths = new_valid.long().sum(-1).tolist()
+        counts = new_valid.long().sum(-1)
+        lengths = counts.tolist()
         rows = []
         for b, n in enumerate(lengths):
             cache = GrowingCache(config=self.model.config, full_length=True)
@@ -209,7 +210,7 @@ class RaggedCacheLM:
                 keys[b, :, t - n:] = cache.layers[i].keys[0]
                 values[b, :, t - n:] = cache.layers[i].values[0]
             self.cache.update(keys, values, i)
-        self._valid, self._lengths = new_valid.clone(), new_valid.long().sum(-1)
+        self._valid, self._lengths = new_valid.clone(), counts
         self._physical = t
         logits = torch.cat([r[1] for r in rows]) if last_only else _right_aligned([r[1] for r in rows], t)
         features = _right_aligned([r[2] for r in rows], t) if rows[0][2] is not None else None

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eaglehead.builtin.attention import grouped_attention
+from eaglehead.builtin.attention import gqa_sdpa, grouped_attention
 
 from .config import Eagle3Config
 from .rope import apply_rope, rope_cos_sin, rope_frequencies, rope_inv_freq  # noqa: F401 (re-exported)
@@ -88,8 +88,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         return grouped_attention(q, k, v, mask).reshape(b, 1, heads * d)
     if diag_k is None:
         if groups > 1 and q.device.type == "cpu":  # the CPU kernels read kv head j // groups in place: no copy
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-            return out.transpose(1, 2).reshape(b, tq, heads * d)
+            return gqa_sdpa(q, k, v, mask).reshape(b, tq, heads * d)
         if groups > 1:  # elsewhere enable_gqa with a mask leaves the fused kernels: repeat the kv heads
             k = k[:, :, None].expand(b, kv_heads, groups, *k.shape[2:]).reshape(b, heads, *k.shape[2:])
             v = v[:, :, None].expand(b, kv_heads, groups, *v.shape[2:]).reshape(b, heads, *v.shape[2:])

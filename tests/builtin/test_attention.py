@@ -133,11 +133,8 @@ def calls(monkeypatch):
     return seen
 
 
-BF16, FP16 = torch.bfloat16, torch.float16
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 NONE = {}
-
-
-FP32 = torch.float32
 
 
 @pytest.mark.parametrize("dtype,tq,masked,kwargs,path", [
@@ -148,7 +145,7 @@ FP32 = torch.float32
     (FP32, 4, True, {"s_aux": torch.zeros(4)}, "sdpa"), (FP32, 4, True, {"one_to_one": True}, "sdpa")])
 def test_dispatch(calls, dtype, tq, masked, kwargs, path):
     q, k, v, allowed = _inputs(1, 4, 2, tq, 20)
-    module = _Module()
+    module, kwargs = _Module(), dict(kwargs)  # a copy: the parameter's dict stays as pytest made it
     if kwargs.pop("one_to_one", False):  # a layer without grouped queries: nothing to copy, SDPA as it comes
         module.num_key_value_groups = 1
         k, v = (t.repeat_interleave(2, 1) for t in (k, v))
